@@ -1,0 +1,30 @@
+// The deepinfer command line: parses flags into the library's configs and runs one subcommand.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "apps/commands.h"
+#include "base/error.h"
+#include "base/logging.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"DeepInfer: inference engine for the DeepSeek-V4 family"};
+    app.require_subcommand(1);
+    std::string log_level = "warn";
+    app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+    deepinfer::apps::LogitsOptions logits;
+    deepinfer::apps::add_logits_command(app, logits);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    try {
+        deepinfer::set_log_level(log_level);
+        if (app.got_subcommand("logits")) return deepinfer::apps::run_logits(logits);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

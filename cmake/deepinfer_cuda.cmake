@@ -1,0 +1,12 @@
+# Decides whether the CUDA backend is compiled (see DEEPINFER_CUDA in the top CMakeLists).
+set(DEEPINFER_HAVE_CUDA OFF)
+if(NOT DEEPINFER_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(DEEPINFER_HAVE_CUDA ON)
+  elseif(DEEPINFER_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DEEPINFER_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "deepinfer: CUDA backend ${DEEPINFER_HAVE_CUDA}")

@@ -1,0 +1,159 @@
+#pragma once
+// The op interface the model layers are written against. One implementation per device (CPU now;
+// CUDA behind the same interface), chosen at run time. Ops take Tensors that live on the backend's
+// device; shapes are in the comments as [rows, cols]. Activations are fp32; weights are bf16 or
+// fp32 (matmul), other parameters fp32.
+//
+// Per-sequence cached state (sliding-window rings, compressor carries, compressed-entry blocks)
+// is memory owned by the caller and described by the structs below; the ops read and append to
+// it. All positions are absolute token positions within a sequence.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deepinfer::kernels {
+
+// One sequence's share of a flat batch of new tokens.
+struct SeqSlice {
+    int32_t token_begin = 0;  // first row of this sequence in the flat batch
+    int32_t num_tokens = 0;   // new tokens this step
+    int64_t start_pos = 0;    // position of the first new token (= tokens already cached)
+    int32_t state_idx = 0;    // row of this sequence in the per-sequence state tensors
+};
+
+// Append-only per-sequence entries (compressed KV, indexer keys) in fixed-size blocks of a pool.
+struct EntryStore {
+    Tensor pool;  // [num_blocks, block_size, dim] fp32
+    // Per sequence (parallel to the SeqSlice list): block ids; entry e lives in block
+    // tables[s][e / block_size] at row e % block_size. The caller allocates blocks in advance
+    // for every entry a step can append.
+    std::vector<std::span<const int32_t>> tables;
+};
+
+// Interleaved RoPE on the trailing `rope_dim` channels: pair i = channels (2i, 2i+1) of the slice,
+// angle = position * inv_freq[i].
+struct Rope {
+    Tensor inv_freq;  // [rope_dim / 2] fp32
+    int rope_dim = 0;
+    float scale = 1.0f;  // multiplies cos and sin (YaRN attention factor)
+};
+
+struct MhcParams {
+    int hc = 4;
+    int sinkhorn_iters = 20;
+    float hc_eps = 1e-6f;
+    float norm_eps = 1e-6f;
+};
+
+// Sliding-window + compressed-entry attention with per-head sinks (DeepSeek-V4 shared K=V head).
+struct AttentionArgs {
+    Tensor q;        // [N, H, d], roped
+    Tensor kv;       // [N, d], roped keys (= values) of the new tokens
+    Tensor ring;     // [num_states, ring_slots, d]: position p at slot p % ring_slots
+    int window = 0;  // a token at p sees window positions (p - window, p]
+    enum class Compressed { kNone, kAllVisible, kSelected } compressed = Compressed::kNone;
+    const EntryStore* entries = nullptr;  // compressed entries (kAllVisible / kSelected)
+    int rate = 1;                         // kAllVisible: a token at p sees entries [0, (p + 1) / rate)
+    Tensor selected;                      // kSelected: [N, k] int32 entry ids, -1 = none
+    Tensor sinks;                         // [H]
+    float scale = 1.0f;
+    Tensor out;  // [N, H, d]
+};
+
+// Softmax-gated pooling of windows of `rate` tokens into entries (DeepSeek-V4 HCA / CSA compressor).
+struct CompressorArgs {
+    Tensor kv;       // [N, c * dim] projections of the new tokens (c = 2 with overlap, else 1)
+    Tensor gate;     // [N, c * dim]
+    Tensor ape;      // [rate, c * dim] position bias added to the gate
+    Tensor norm;     // [dim] RMSNorm weight applied to each pooled entry
+    float norm_eps = 1e-6f;
+    Rope rope;       // applied to each entry at position entry_idx * rate
+    int rate = 4;
+    int dim = 0;
+    bool overlap = false;  // CSA: entry w pools window w-1's first half with window w's second half
+    Tensor carry;          // [num_states, (overlap ? 2 : 1) * rate, 2 * c * dim]: raw kv | gate of recent tokens
+    EntryStore* out = nullptr;
+};
+
+// Lightning-indexer selection: per token the top-k visible entries by Σ_h w_h · relu(q_h · k).
+struct IndexerArgs {
+    Tensor q;        // [N, heads, dim], roped
+    Tensor weights;  // [N, heads]
+    float scale = 1.0f;  // multiplies every score (HF: heads^-0.5 on the weights, dim^-0.5 on q·k)
+    const EntryStore* keys = nullptr;
+    int rate = 4;    // a token at p sees entries [0, (p + 1) / rate)
+    int top_k = 0;
+    Tensor out;      // [N, top_k] int32, -1 padded; ties go to the lower entry id
+};
+
+// Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
+struct ExpertWeights {
+    Tensor w1, w3, w2;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual Device device() const = 0;
+    virtual const char* name() const = 0;
+
+    // --- memory -------------------------------------------------------------------------------
+    virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;
+    virtual Tensor zeros(DType dtype, std::vector<int64_t> shape) = 0;
+    // A device copy of a host tensor (may alias it when the device is the host).
+    virtual Tensor upload(const Tensor& host) = 0;
+    virtual void download(const Tensor& src, void* host_dst) = 0;
+
+    // --- dense ops ----------------------------------------------------------------------------
+    // out[N, hc, D] = table[ids] repeated over hc streams (table bf16 or fp32 [V, D]).
+    virtual void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) = 0;
+    // y[M, N] = x[M, K] · wᵀ, w [N, K] bf16 or fp32.
+    virtual void matmul(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+    // Block-diagonal: y[:, g*R:(g+1)*R] = x[:, g*K:(g+1)*K] · w[g*R:(g+1)*R, :]ᵀ.
+    virtual void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) = 0;
+    // y[r, :] = x[r, :] / rms(x[r, :]) (* weight); x [R, C]; in place allowed.
+    virtual void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) = 0;
+    // In place on x [R, C]: rows r*group .. r*group+group-1 use position positions[r].
+    virtual void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) = 0;
+    // out[i, :] = x[rows[i], :].
+    virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+    // y += x (same shape).
+    virtual void add(const Tensor& x, Tensor& y) = 0;
+    // out[M, I] = silu(min(gate, limit)) * clamp(up, -limit, limit).
+    virtual void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) = 0;
+
+    // --- mHC ------------------------------------------------------------------------------------
+    // streams [N, hc, D]; fn [(2+hc)*hc, hc*D]; base [(2+hc)*hc]; scale [3] ->
+    // collapsed [N, D], post [N, hc], comb [N, hc, hc] (Sinkhorn-normalised).
+    virtual void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                        const MhcParams& p, Tensor& collapsed, Tensor& post, Tensor& comb) = 0;
+    // streams[k] = post[k] * y + Σ_j comb[j, k] * streams[j], in place.
+    virtual void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) = 0;
+    // out[N, D] = Σ_j (sigmoid(rms(flat) · fnᵀ * scale + base) + eps)_j * streams[j].
+    virtual void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                         const MhcParams& p, Tensor& out) = 0;
+
+    // --- attention and cached state -------------------------------------------------------------
+    virtual void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) = 0;
+    // Stores the new tokens' kv into the rings (the last ring_slots of them per sequence).
+    virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
+    virtual void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) = 0;
+    virtual void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) = 0;
+
+    // --- MoE ------------------------------------------------------------------------------------
+    // scores = sqrt(softplus(logits)); ids = top-k of scores + bias, or tid2eid[token_ids] when
+    // tid2eid is defined; weights = scores[ids] / Σ * scaling.
+    virtual void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids,
+                           int top_k, float scaling, Tensor& ids, Tensor& weights) = 0;
+    // out[N, D] += Σ_i weights[n, i] * expert_{ids[n, i]}(x[n]) with clamped SwiGLU experts.
+    virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                             std::span<const ExpertWeights> experts, float limit, Tensor& out) = 0;
+};
+
+// The CPU backend; num_threads 0 = all hardware threads. `isa` overrides detection when set.
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+}  // namespace deepinfer::kernels

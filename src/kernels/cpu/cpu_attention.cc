@@ -1,0 +1,116 @@
+// Sliding-window + compressed-entry attention with sinks on the CPU. For each query token the
+// keys (window positions from the ring or from this step's new tokens, then the visible or
+// selected compressed entries) are gathered into one contiguous block, so both products run on
+// the GEMM kernel: scores = Q·Kᵀ and out = P·K (through Kᵀ).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace deepinfer::kernels::cpu {
+namespace {
+
+struct Scratch {
+    std::vector<float> keys, keys_t, scores, out;
+    std::vector<const float*> rows;
+};
+
+// Pointers to the key rows token `t` of `s` attends to, in window-then-compressed order.
+void collect_keys(const SeqSlice& s, int seq_idx, int t, const AttentionArgs& a, std::vector<const float*>& rows) {
+    rows.clear();
+    int64_t d = a.kv.dim(1);
+    int64_t slots = a.ring.dim(1);
+    int64_t pos = s.start_pos + t;
+    const float* ring = a.ring.data<float>() + static_cast<int64_t>(s.state_idx) * slots * d;
+    for (int64_t q = std::max<int64_t>(0, pos - a.window + 1); q <= pos; ++q) {
+        if (q >= s.start_pos)
+            rows.push_back(a.kv.data<float>() + (s.token_begin + (q - s.start_pos)) * d);
+        else
+            rows.push_back(ring + (q % slots) * d);
+    }
+    if (a.compressed == AttentionArgs::Compressed::kNone) return;
+    const EntryStore& st = *a.entries;
+    int64_t block = st.pool.dim(1);
+    auto entry = [&](int64_t e) {
+        return st.pool.data<float>() + (static_cast<int64_t>(st.tables[seq_idx][e / block]) * block + e % block) * d;
+    };
+    if (a.compressed == AttentionArgs::Compressed::kAllVisible) {
+        for (int64_t e = 0; e < (pos + 1) / a.rate; ++e) rows.push_back(entry(e));
+    } else {
+        int64_t k = a.selected.dim(1);
+        const int32_t* sel = a.selected.data<int32_t>() + (s.token_begin + t) * k;
+        for (int64_t i = 0; i < k; ++i)
+            if (sel[i] >= 0) rows.push_back(entry(sel[i]));
+    }
+}
+
+// Softmax over [scores, sink] per head, the sink only in the denominator.
+void softmax_with_sink(float* scores, int64_t num_keys, float sink) {
+    float mx = sink;
+    for (int64_t j = 0; j < num_keys; ++j) mx = std::max(mx, scores[j]);
+    float denom = std::exp(sink - mx);
+    for (int64_t j = 0; j < num_keys; ++j) denom += (scores[j] = std::exp(scores[j] - mx));
+    float inv = 1.0f / denom;
+    for (int64_t j = 0; j < num_keys; ++j) scores[j] *= inv;
+}
+
+}  // namespace
+
+void CpuBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
+    int64_t heads = a.q.dim(1), d = a.q.dim(2);
+    DI_CHECK(a.kv.dim(1) == d && a.ring.dim(2) == d, "attention: head dims disagree");
+    DI_CHECK(a.ring.dim(1) >= a.window - 1, "attention: ring of {} slots is shorter than the window {}",
+             a.ring.dim(1), a.window);
+    // Work items: (sequence, token, head block); head blocks keep all threads busy in decode.
+    struct Item { int seq, token; };
+    std::vector<Item> items;
+    for (int s = 0; s < static_cast<int>(seqs.size()); ++s)
+        for (int t = 0; t < seqs[s].num_tokens; ++t) items.push_back({s, t});
+    int64_t head_blocks = std::clamp<int64_t>(2 * pool_.num_threads() / std::max<int64_t>(1, items.size()), 1, heads);
+    int64_t heads_per_block = (heads + head_blocks - 1) / head_blocks;
+    head_blocks = (heads + heads_per_block - 1) / heads_per_block;
+    pool_.run(static_cast<int64_t>(items.size()) * head_blocks, [&](int64_t task) {
+        thread_local Scratch sc;
+        const Item& it = items[task / head_blocks];
+        int64_t h0 = (task % head_blocks) * heads_per_block, h1 = std::min(heads, h0 + heads_per_block);
+        const SeqSlice& s = seqs[it.seq];
+        collect_keys(s, it.seq, it.token, a, sc.rows);
+        int64_t n = static_cast<int64_t>(sc.rows.size()), nh = h1 - h0;
+        sc.keys.resize(n * d);
+        sc.keys_t.resize(d * n);
+        sc.scores.resize(nh * n);
+        for (int64_t j = 0; j < n; ++j) {
+            std::memcpy(sc.keys.data() + j * d, sc.rows[j], d * sizeof(float));
+            for (int64_t c = 0; c < d; ++c) sc.keys_t[c * n + j] = sc.rows[j][c];
+        }
+        int64_t row = s.token_begin + it.token;
+        const float* q = a.q.data<float>() + (row * heads + h0) * d;
+        GemmArgs g{.x = q, .lda = d, .w = sc.keys.data(), .ldw = d, .w_dtype = DType::kF32, .y = sc.scores.data(),
+                   .ldy = n, .m = nh, .n = n, .k = d};
+        gemm_rows(isa_, g, 0, n);
+        for (int64_t h = 0; h < nh; ++h) {
+            float* sh = sc.scores.data() + h * n;
+            for (int64_t j = 0; j < n; ++j) sh[j] *= a.scale;
+            softmax_with_sink(sh, n, a.sinks.data<float>()[h0 + h]);
+        }
+        GemmArgs o{.x = sc.scores.data(), .lda = n, .w = sc.keys_t.data(), .ldw = n, .w_dtype = DType::kF32,
+                   .y = a.out.data<float>() + (row * heads + h0) * d, .ldy = d, .m = nh, .n = d, .k = n};
+        gemm_rows(isa_, o, 0, d);
+    });
+}
+
+void CpuBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
+    int64_t slots = ring.dim(1), d = ring.dim(2);
+    for (const SeqSlice& s : seqs) {
+        float* base = ring.data<float>() + static_cast<int64_t>(s.state_idx) * slots * d;
+        for (int64_t t = std::max<int64_t>(0, s.num_tokens - slots); t < s.num_tokens; ++t) {
+            int64_t slot = (s.start_pos + t) % slots;
+            std::memcpy(base + slot * d, kv.data<float>() + (s.token_begin + t) * d, d * sizeof(float));
+        }
+    }
+}
+
+}  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,143 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/cpu/math.h"
+
+namespace deepinfer::kernels::cpu {
+namespace {
+
+void check_f32(const Tensor& t, const char* what) {
+    DI_CHECK(t.dtype() == DType::kF32, "{}: expected fp32, got {}", what, dtype_name(t.dtype()));
+}
+
+float load_as_f32(const Tensor& table, int64_t index) {
+    return table.dtype() == DType::kBF16 ? bf16_to_f32(table.data<uint16_t>()[index]) : table.data<float>()[index];
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads, Isa isa) : pool_(num_threads), isa_(isa) {}
+
+Tensor CpuBackend::empty(DType dtype, std::vector<int64_t> shape) { return Tensor::empty(dtype, std::move(shape)); }
+Tensor CpuBackend::zeros(DType dtype, std::vector<int64_t> shape) { return Tensor::zeros(dtype, std::move(shape)); }
+Tensor CpuBackend::upload(const Tensor& host) { return host; }
+void CpuBackend::download(const Tensor& src, void* host_dst) { std::memcpy(host_dst, src.raw(), src.nbytes()); }
+
+void CpuBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate) {
+    GemmArgs a;
+    a.x = x;
+    a.lda = lda;
+    a.w = w.raw();
+    a.ldw = w.dim(-1);
+    a.w_dtype = w.dtype();
+    a.y = y;
+    a.ldy = ldy;
+    a.m = m;
+    a.n = w.dim(0);
+    a.k = w.dim(-1);
+    a.accumulate = accumulate;
+    cpu::gemm(pool_, isa_, a);
+}
+
+void CpuBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {
+    int64_t n = ids.numel(), vocab = table.dim(0), d = table.dim(1);
+    DI_CHECK(out.numel() == n * hc * d, "embed: output {} does not fit {} tokens", out.shape_string(), n);
+    const int32_t* id = ids.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i)
+        DI_CHECK(id[i] >= 0 && id[i] < vocab, "token id {} is out of range for a vocabulary of {}", id[i], vocab);
+    pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            float* row = out.data<float>() + i * hc * d;
+            for (int64_t c = 0; c < d; ++c) row[c] = load_as_f32(table, id[i] * d + c);
+            for (int s = 1; s < hc; ++s) std::memcpy(row + s * d, row, d * sizeof(float));
+        }
+    });
+}
+
+void CpuBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+    check_f32(x, "matmul input");
+    int64_t k = w.dim(-1), n = w.dim(0);
+    int64_t m = x.numel() / k;
+    DI_CHECK(x.numel() == m * k && y.numel() == m * n, "matmul: x {} · w {} -> y {} shapes disagree", x.shape_string(),
+             w.shape_string(), y.shape_string());
+    gemm(x.data<float>(), k, w, y.data<float>(), n, m);
+}
+
+void CpuBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) {
+    int64_t k = w.dim(-1), rows = w.dim(0) / groups;
+    int64_t m = x.numel() / (groups * k);
+    DI_CHECK(x.numel() == m * groups * k && y.numel() == m * groups * rows, "grouped_matmul: shapes disagree");
+    for (int g = 0; g < groups; ++g) {
+        Tensor wg = w.rows(g * rows, (g + 1) * rows);
+        gemm(x.data<float>() + g * k, groups * k, wg, y.data<float>() + g * rows, groups * rows, m);
+    }
+}
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {
+    int64_t cols = x.dim(-1), rows = x.numel() / cols;
+    const float* w = weight ? weight->data<float>() : nullptr;
+    pool_.parallel_for(rows, 8, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            const float* in = x.data<float>() + r * cols;
+            float* out = y.data<float>() + r * cols;
+            double ss = 0.0;
+            for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(in[c]) * in[c];
+            float inv = 1.0f / std::sqrt(static_cast<float>(ss / cols) + eps);
+            for (int64_t c = 0; c < cols; ++c) out[c] = w ? w[c] * (in[c] * inv) : in[c] * inv;
+        }
+    });
+}
+
+void CpuBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope& r, bool inverse) {
+    int64_t cols = x.dim(-1), rows = x.numel() / cols;
+    DI_CHECK(positions.numel() * group == rows, "rope: {} positions x {} rows per position != {} rows",
+             positions.numel(), group, rows);
+    const int64_t* pos = positions.data<int64_t>();
+    const float* inv_freq = r.inv_freq.data<float>();
+    pool_.parallel_for(rows, 16, [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row)
+            rope_row(x.data<float>() + row * cols, cols, pos[row / group], inv_freq, r.rope_dim, r.scale, inverse);
+    });
+}
+
+void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+    int64_t cols = x.numel() / x.dim(0);
+    const int32_t* idx = rows.data<int32_t>();
+    for (int64_t i = 0; i < rows.numel(); ++i) {
+        DI_CHECK(idx[i] >= 0 && idx[i] < x.dim(0), "gather_rows: row {} out of range", idx[i]);
+        std::memcpy(out.data<float>() + i * cols, x.data<float>() + idx[i] * cols, cols * sizeof(float));
+    }
+}
+
+void CpuBackend::add(const Tensor& x, Tensor& y) {
+    DI_CHECK(x.numel() == y.numel(), "add: {} vs {}", x.shape_string(), y.shape_string());
+    const float* a = x.data<float>();
+    float* b = y.data<float>();
+    pool_.parallel_for(x.numel(), 4096, [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) b[i] += a[i];
+    });
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
+    const float* g = gate.data<float>();
+    const float* u = up.data<float>();
+    float* o = out.data<float>();
+    pool_.parallel_for(gate.numel(), 4096, [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) o[i] = silu(std::min(g[i], limit)) * std::clamp(u[i], -limit, limit);
+    });
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, Isa isa) {
+    return std::make_unique<CpuBackend>(num_threads, isa);
+}
+
+}  // namespace deepinfer::kernels::cpu
+
+namespace deepinfer::kernels {
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return cpu::make_cpu_backend(num_threads, detect_isa()); }
+
+}  // namespace deepinfer::kernels

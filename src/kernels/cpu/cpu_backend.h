@@ -1,0 +1,60 @@
+#pragma once
+// The CPU implementation of kernels::Backend: host memory, a thread pool, and SIMD GEMMs picked
+// by the detected (or forced) instruction set. Op bodies are split by family over cpu_*.cc.
+#include "base/cpu_features.h"
+#include "base/thread_pool.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
+
+namespace deepinfer::kernels::cpu {
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(int num_threads, Isa isa);
+
+    Device device() const override { return Device::kCpu; }
+    const char* name() const override { return "cpu"; }
+    Isa isa() const { return isa_; }
+    ThreadPool& pool() { return pool_; }
+
+    Tensor empty(DType dtype, std::vector<int64_t> shape) override;
+    Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
+    Tensor upload(const Tensor& host) override;
+    void download(const Tensor& src, void* host_dst) override;
+
+    void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override;
+    void matmul(const Tensor& x, const Tensor& w, Tensor& y) override;
+    void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override;
+    void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override;
+    void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;
+    void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    void add(const Tensor& x, Tensor& y) override;
+    void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
+
+    void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                Tensor& collapsed, Tensor& post, Tensor& comb) override;
+    void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+    void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                 Tensor& out) override;
+
+    void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
+    void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
+    void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
+    void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;
+
+    void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                   float scaling, Tensor& ids, Tensor& weights) override;
+    void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                     float limit, Tensor& out) override;
+
+    // y[m, n] = x[m, k] · w[n, k]ᵀ on raw fp32 rows, over the pool (w fp32 or bf16).
+    void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
+
+private:
+    ThreadPool pool_;
+    Isa isa_;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, Isa isa);
+
+}  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,38 @@
+#pragma once
+// Dense matrix products on the CPU: y[m, n] (+)= x[m, k] · w[n, k]ᵀ with fp32 activations, bf16 or
+// fp32 weights and fp32 accumulation. Three variants (scalar, AVX2, AVX-512) share one contract;
+// the caller picks by Isa, so tests can run every variant the machine supports.
+#include <cstdint>
+
+#include "base/cpu_features.h"
+#include "core/dtype.h"
+
+namespace deepinfer {
+class ThreadPool;
+}
+
+namespace deepinfer::kernels::cpu {
+
+struct GemmArgs {
+    const float* x = nullptr;  // [m, k], row stride lda
+    int64_t lda = 0;
+    const void* w = nullptr;  // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16 or kF32)
+    int64_t ldw = 0;
+    DType w_dtype = DType::kBF16;
+    float* y = nullptr;  // [m, n], row stride ldy
+    int64_t ldy = 0;
+    int64_t m = 0, n = 0, k = 0;
+    bool accumulate = false;  // y += instead of y =
+};
+
+// Computes rows [n_begin, n_end) of w for all m rows of x, on the calling thread.
+void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end);
+// The whole product, spread over the pool.
+void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args);
+
+// Per-ISA entry points behind gemm_rows.
+void gemm_rows_scalar(const GemmArgs& args, int64_t n_begin, int64_t n_end);
+void gemm_rows_avx2(const GemmArgs& args, int64_t n_begin, int64_t n_end);
+void gemm_rows_avx512(const GemmArgs& args, int64_t n_begin, int64_t n_end);
+
+}  // namespace deepinfer::kernels::cpu

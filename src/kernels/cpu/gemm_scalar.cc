@@ -1,0 +1,38 @@
+#include "core/dtype.h"
+#include "kernels/cpu/gemm.h"
+
+namespace deepinfer::kernels::cpu {
+namespace {
+
+template <typename W>
+float weight_at(const W* w, int64_t i);
+template <>
+float weight_at<uint16_t>(const uint16_t* w, int64_t i) { return bf16_to_f32(w[i]); }
+template <>
+float weight_at<float>(const float* w, int64_t i) { return w[i]; }
+
+template <typename W>
+void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
+    const W* w = static_cast<const W*>(a.w);
+    for (int64_t i = 0; i < a.m; ++i) {
+        const float* x = a.x + i * a.lda;
+        for (int64_t j = n_begin; j < n_end; ++j) {
+            const W* wr = w + j * a.ldw;
+            float acc = 0.0f;
+            for (int64_t kk = 0; kk < a.k; ++kk) acc += x[kk] * weight_at(wr, kk);
+            float& out = a.y[i * a.ldy + j];
+            out = a.accumulate ? out + acc : acc;
+        }
+    }
+}
+
+}  // namespace
+
+void gemm_rows_scalar(const GemmArgs& args, int64_t n_begin, int64_t n_end) {
+    if (args.w_dtype == DType::kBF16)
+        rows<uint16_t>(args, n_begin, n_end);
+    else
+        rows<float>(args, n_begin, n_end);
+}
+
+}  // namespace deepinfer::kernels::cpu

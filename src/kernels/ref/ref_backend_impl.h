@@ -1,0 +1,45 @@
+#pragma once
+// Declaration of the reference backend (definitions in ref_*.cc).
+#include "kernels/backend.h"
+
+namespace deepinfer::kernels::ref {
+
+double weight_value(const Tensor& w, int64_t i);
+
+class RefBackend final : public Backend {
+public:
+    Device device() const override { return Device::kCpu; }
+    const char* name() const override { return "reference"; }
+
+    Tensor empty(DType dtype, std::vector<int64_t> shape) override;
+    Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
+    Tensor upload(const Tensor& host) override;
+    void download(const Tensor& src, void* host_dst) override;
+
+    void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override;
+    void matmul(const Tensor& x, const Tensor& w, Tensor& y) override;
+    void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override;
+    void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override;
+    void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;
+    void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    void add(const Tensor& x, Tensor& y) override;
+    void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
+
+    void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                Tensor& collapsed, Tensor& post, Tensor& comb) override;
+    void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+    void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                 Tensor& out) override;
+
+    void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
+    void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
+    void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
+    void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;
+
+    void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                   float scaling, Tensor& ids, Tensor& weights) override;
+    void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                     float limit, Tensor& out) override;
+};
+
+}  // namespace deepinfer::kernels::ref

@@ -1,0 +1,237 @@
+#include "model/archs/deepseek_v4.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "model/rope_freqs.h"
+#include "model/weight_loader.h"
+
+namespace deepinfer::model {
+
+using kernels::AttentionArgs;
+using kernels::Backend;
+
+struct DeepseekV4Model::StepTensors {
+    explicit StepTensors(const V4Step& s) : step(s) {}
+    const V4Step& step;
+    int64_t n = 0;
+    Tensor ids;        // [N] int32
+    Tensor positions;  // [N] int64
+    Tensor streams;    // [N, hc, D]
+    // Scratch of the current block.
+    Tensor x, post, comb;  // [N, D], [N, hc], [N, hc, hc]
+};
+
+DeepseekV4Config load_deepseek_v4_config(const std::string& dir) {
+    std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+    std::ifstream in(path);
+    DI_CHECK(in.good(), "cannot read {}", path.string());
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail("{} is not valid JSON ({})", path.string(), e.what());
+    }
+    return parse_deepseek_v4_config(j);
+}
+
+DeepseekV4Model::DeepseekV4Model(const std::string& dir, Backend& backend)
+    : DeepseekV4Model(load_deepseek_v4_config(dir), Checkpoint(dir), backend) {}
+
+DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, Backend& backend)
+    : cfg_(std::move(cfg)), backend_(backend) {
+    WeightLoader loader(ckpt, cfg_.fp8_block);
+    w_ = load_deepseek_v4_weights(cfg_, loader, backend_);
+    auto make_rope = [&](const RopeConfig& rc) {
+        std::vector<float> inv = rope_inv_freq(rc, cfg_.rope_dim);
+        Tensor host = Tensor::empty(DType::kF32, {static_cast<int64_t>(inv.size())});
+        std::copy(inv.begin(), inv.end(), host.data<float>());
+        return kernels::Rope{backend_.upload(host), cfg_.rope_dim, static_cast<float>(rc.attention_factor)};
+    };
+    rope_main_ = make_rope(cfg_.rope_main);
+    rope_compress_ = make_rope(cfg_.rope_compress);
+}
+
+kernels::EntryStore DeepseekV4Model::entry_store(const Tensor& pool, V4Cache::Group g, const V4Step& step,
+                                                 const V4Cache& cache) const {
+    kernels::EntryStore st{pool, {}};
+    for (const auto& s : step.seqs) st.tables.push_back(cache.block_table(g, s.state_idx));
+    return st;
+}
+
+Tensor DeepseekV4Model::forward(const V4Step& step, V4Cache& cache) {
+    int64_t n = static_cast<int64_t>(step.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
+    StepTensors st{step};
+    st.n = n;
+    Tensor ids = Tensor::empty(DType::kI32, {n}), pos = Tensor::empty(DType::kI64, {n});
+    std::copy(step.token_ids.begin(), step.token_ids.end(), ids.data<int32_t>());
+    for (const auto& s : step.seqs) {
+        DI_CHECK(s.token_begin + s.num_tokens <= n, "forward: sequence slice past the batch");
+        for (int t = 0; t < s.num_tokens; ++t) pos.data<int64_t>()[s.token_begin + t] = s.start_pos + t;
+    }
+    st.ids = backend_.upload(ids);
+    st.positions = backend_.upload(pos);
+    st.streams = backend_.empty(DType::kF32, {n, hc, D});
+    backend_.embed(st.ids, w_.embed, static_cast<int>(hc), st.streams);
+    st.x = backend_.empty(DType::kF32, {n, D});
+    st.post = backend_.empty(DType::kF32, {n, hc});
+    st.comb = backend_.empty(DType::kF32, {n, hc, hc});
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+        attention_block(l, st, cache);
+        ffn_block(l, st);
+    }
+    int64_t r = static_cast<int64_t>(step.logit_rows.size());
+    Tensor rows_host = Tensor::empty(DType::kI32, {r});
+    std::copy(step.logit_rows.begin(), step.logit_rows.end(), rows_host.data<int32_t>());
+    Tensor picked = backend_.empty(DType::kF32, {r, hc, D});
+    backend_.gather_rows(st.streams, backend_.upload(rows_host), picked);
+    Tensor h = backend_.empty(DType::kF32, {r, D});
+    kernels::MhcParams mp{static_cast<int>(hc), cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.rms_norm_eps};
+    backend_.hc_head(picked, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, mp, h);
+    backend_.rms_norm(h, &w_.norm, cfg_.rms_norm_eps, h);
+    Tensor logits = backend_.empty(DType::kF32, {r, cfg_.vocab_size});
+    backend_.matmul(h, w_.head, logits);
+    return logits;
+}
+
+void DeepseekV4Model::attention_block(int l, StepTensors& st, V4Cache& cache) {
+    const V4LayerWeights& lw = w_.layers[l];
+    int64_t n = st.n, H = cfg_.num_attention_heads, d = cfg_.head_dim, D = cfg_.hidden_size;
+    float eps = cfg_.rms_norm_eps;
+    kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
+    backend_.hc_pre(st.streams, lw.attn_hc.fn, lw.attn_hc.base, lw.attn_hc.scale, mp, st.x, st.post, st.comb);
+    backend_.rms_norm(st.x, &lw.attn_norm, eps, st.x);
+    const kernels::Rope& rope = cfg_.layer_types[l] == AttentionType::kSliding ? rope_main_ : rope_compress_;
+
+    Tensor qr = backend_.empty(DType::kF32, {n, cfg_.q_lora_rank});
+    backend_.matmul(st.x, lw.wq_a, qr);
+    backend_.rms_norm(qr, &lw.q_norm, eps, qr);
+    Tensor q = backend_.empty(DType::kF32, {n, H, d});
+    backend_.matmul(qr, lw.wq_b, q);
+    Tensor q_heads = q.reshape({n * H, d});
+    backend_.rms_norm(q_heads, nullptr, eps, q_heads);
+    backend_.rope(q_heads, st.positions, static_cast<int>(H), rope, false);
+    Tensor kv = backend_.empty(DType::kF32, {n, d});
+    backend_.matmul(st.x, lw.wkv, kv);
+    backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
+    backend_.rope(kv, st.positions, 1, rope, false);
+
+    V4Cache::LayerState& ls = cache.layer(l);
+    AttentionArgs args;
+    args.q = q;
+    args.kv = kv;
+    args.ring = ls.ring;
+    args.window = cfg_.sliding_window;
+    args.sinks = lw.sinks;
+    args.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    args.out = backend_.empty(DType::kF32, {n, H, d});
+    kernels::EntryStore entries;
+    if (cfg_.layer_types[l] != AttentionType::kSliding) {
+        auto group = cfg_.layer_types[l] == AttentionType::kCsa ? V4Cache::Group::kCsa : V4Cache::Group::kHca;
+        entries = entry_store(ls.entries, group, st.step, cache);
+        compressed_keys(l, st, cache, qr, entries, args);
+    }
+    backend_.attention(st.step.seqs, args);
+    backend_.ring_write(st.step.seqs, kv, ls.ring);
+
+    Tensor o = args.out.reshape({n * H, d});
+    backend_.rope(o, st.positions, static_cast<int>(H), rope, true);
+    Tensor oa = backend_.empty(DType::kF32, {n, static_cast<int64_t>(cfg_.o_groups) * cfg_.o_lora_rank});
+    backend_.grouped_matmul(args.out, lw.wo_a, cfg_.o_groups, oa);
+    Tensor y = backend_.empty(DType::kF32, {n, D});
+    backend_.matmul(oa, lw.wo_b, y);
+    backend_.hc_post(st.streams, y, st.post, st.comb);
+}
+
+void DeepseekV4Model::compressed_keys(int l, StepTensors& st, V4Cache& cache, const Tensor& qr,
+                                      kernels::EntryStore& entries, AttentionArgs& args) {
+    const V4LayerWeights& lw = w_.layers[l];
+    V4Cache::LayerState& ls = cache.layer(l);
+    int64_t n = st.n, d = cfg_.head_dim;
+    bool csa = cfg_.layer_types[l] == AttentionType::kCsa;
+    int rate = cfg_.compress_rate(l);
+    int64_t c = csa ? 2 : 1;
+
+    kernels::CompressorArgs ca;
+    ca.kv = backend_.empty(DType::kF32, {n, c * d});
+    ca.gate = backend_.empty(DType::kF32, {n, c * d});
+    backend_.matmul(st.x, lw.compressor.wkv, ca.kv);
+    backend_.matmul(st.x, lw.compressor.wgate, ca.gate);
+    ca.ape = lw.compressor.ape;
+    ca.norm = lw.compressor.norm;
+    ca.norm_eps = cfg_.rms_norm_eps;
+    ca.rope = rope_compress_;
+    ca.rate = rate;
+    ca.dim = static_cast<int>(d);
+    ca.overlap = csa;
+    ca.carry = ls.carry;
+    ca.out = &entries;
+    backend_.compressor_update(st.step.seqs, ca);
+    args.entries = &entries;
+    if (!csa) {
+        args.compressed = AttentionArgs::Compressed::kAllVisible;
+        args.rate = rate;
+        return;
+    }
+    // Lightning indexer: its own compressor over index keys, queries from the shared q_a output.
+    int64_t di = cfg_.index_head_dim, hi = cfg_.index_n_heads;
+    kernels::EntryStore index_store = entry_store(ls.index_entries, V4Cache::Group::kCsa, st.step, cache);
+    kernels::CompressorArgs ia = ca;
+    ia.kv = backend_.empty(DType::kF32, {n, 2 * di});
+    ia.gate = backend_.empty(DType::kF32, {n, 2 * di});
+    backend_.matmul(st.x, lw.index_compressor.wkv, ia.kv);
+    backend_.matmul(st.x, lw.index_compressor.wgate, ia.gate);
+    ia.ape = lw.index_compressor.ape;
+    ia.norm = lw.index_compressor.norm;
+    ia.dim = static_cast<int>(di);
+    ia.carry = ls.index_carry;
+    ia.out = &index_store;
+    backend_.compressor_update(st.step.seqs, ia);
+
+    kernels::IndexerArgs xa;
+    xa.q = backend_.empty(DType::kF32, {n, hi, di});
+    backend_.matmul(qr, lw.index_wq_b, xa.q);
+    Tensor q_rows = xa.q.reshape({n * hi, di});
+    backend_.rope(q_rows, st.positions, static_cast<int>(hi), rope_compress_, false);
+    xa.weights = backend_.empty(DType::kF32, {n, hi});
+    backend_.matmul(st.x, lw.index_weights_proj, xa.weights);
+    xa.keys = &index_store;
+    xa.rate = rate;
+    xa.top_k = cfg_.index_topk;
+    xa.out = backend_.empty(DType::kI32, {n, static_cast<int64_t>(cfg_.index_topk)});
+    xa.scale = 1.0f / std::sqrt(static_cast<float>(hi) * static_cast<float>(di));
+    backend_.indexer_topk(st.step.seqs, xa);
+    args.compressed = AttentionArgs::Compressed::kSelected;
+    args.selected = xa.out;
+}
+
+void DeepseekV4Model::ffn_block(int l, StepTensors& st) {
+    const V4LayerWeights& lw = w_.layers[l];
+    int64_t n = st.n, D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
+    float eps = cfg_.rms_norm_eps;
+    kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
+    backend_.hc_pre(st.streams, lw.ffn_hc.fn, lw.ffn_hc.base, lw.ffn_hc.scale, mp, st.x, st.post, st.comb);
+    backend_.rms_norm(st.x, &lw.ffn_norm, eps, st.x);
+
+    Tensor logits = backend_.empty(DType::kF32, {n, static_cast<int64_t>(cfg_.n_routed_experts)});
+    backend_.matmul(st.x, lw.gate, logits);
+    Tensor ids = backend_.empty(DType::kI32, {n, k}), weights = backend_.empty(DType::kF32, {n, k});
+    bool hash = cfg_.mlp_layer_types[l] == MlpType::kHashMoe;
+    backend_.moe_route(logits, hash ? nullptr : &lw.gate_bias, hash ? &lw.tid2eid : nullptr, &st.ids,
+                       static_cast<int>(k), cfg_.routed_scaling_factor, ids, weights);
+
+    Tensor gate = backend_.empty(DType::kF32, {n, I}), up = backend_.empty(DType::kF32, {n, I});
+    backend_.matmul(st.x, lw.shared.w1, gate);
+    backend_.matmul(st.x, lw.shared.w3, up);
+    backend_.swiglu(gate, up, cfg_.swiglu_limit, gate);
+    Tensor y = backend_.empty(DType::kF32, {n, D});
+    backend_.matmul(gate, lw.shared.w2, y);
+    backend_.moe_experts(st.x, ids, weights, lw.experts, cfg_.swiglu_limit, y);
+    backend_.hc_post(st.streams, y, st.post, st.comb);
+}
+
+}  // namespace deepinfer::model

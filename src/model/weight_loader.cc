@@ -1,0 +1,100 @@
+#include "model/weight_loader.h"
+
+#include <cmath>
+#include <fmt/ranges.h>
+
+#include "base/error.h"
+
+namespace deepinfer::model {
+namespace {
+
+Tensor widen_to_f32(const Tensor& t) {
+    Tensor out = Tensor::empty(DType::kF32, t.shape());
+    float* o = out.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        switch (t.dtype()) {
+            case DType::kF32: o[i] = t.data<float>()[i]; break;
+            case DType::kBF16: o[i] = bf16_to_f32(t.data<uint16_t>()[i]); break;
+            case DType::kF16: o[i] = f16_to_f32(t.data<uint16_t>()[i]); break;
+            case DType::kF64: o[i] = static_cast<float>(t.data<double>()[i]); break;
+            default: break;
+        }
+    }
+    return out;
+}
+
+bool is_power_of_two(float s) {
+    int exp;
+    return s > 0 && std::frexp(s, &exp) == 0.5f;
+}
+
+}  // namespace
+
+std::string WeightLoader::resolve(const Names& names) const {
+    auto found = ckpt_.find(names);
+    DI_CHECK(found.has_value(), "missing tensor in {}: looked for {}", ckpt_.dir(), fmt::join(names, ", "));
+    return *found;
+}
+
+Tensor WeightLoader::checked(const std::string& name, const std::vector<int64_t>& shape) const {
+    const SafetensorsEntry& e = ckpt_.entry(name);
+    DI_CHECK(e.shape == shape, "tensor '{}' in {} has shape [{}], expected [{}]", name, ckpt_.file_of(name),
+             fmt::join(e.shape, ", "), fmt::join(shape, ", "));
+    return ckpt_.tensor(name);
+}
+
+Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) const {
+    std::string name = resolve(names);
+    Tensor t = checked(name, shape);
+    switch (t.dtype()) {
+        case DType::kBF16:
+        case DType::kF32: return t;
+        case DType::kF16: return widen_to_f32(t);
+        case DType::kF8E4M3: return dequantize_fp8(name, t);
+        default:
+            fail("tensor '{}' in {} has dtype {}, which is not supported for weights (bf16, fp32, fp16, fp8 e4m3)", name,
+                 ckpt_.file_of(name), dtype_name(t.dtype()));
+    }
+}
+
+Tensor WeightLoader::param(const Names& names, std::vector<int64_t> shape) const {
+    std::string name = resolve(names);
+    Tensor t = checked(name, shape);
+    DI_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16 || t.dtype() == DType::kF64,
+             "tensor '{}' in {} has dtype {}, expected a float type", name, ckpt_.file_of(name), dtype_name(t.dtype()));
+    return t.dtype() == DType::kF32 ? t : widen_to_f32(t);
+}
+
+Tensor WeightLoader::table(const Names& names, std::vector<int64_t> shape) const {
+    std::string name = resolve(names);
+    Tensor t = checked(name, shape);
+    DI_CHECK(t.dtype() == DType::kI64 || t.dtype() == DType::kI32, "tensor '{}' in {} has dtype {}, expected I64 or I32",
+             name, ckpt_.file_of(name), dtype_name(t.dtype()));
+    return t;
+}
+
+Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& q) const {
+    DI_CHECK(q.ndim() == 2, "FP8 tensor '{}' must be 2-D", name);
+    std::string base = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    auto scale_name = ckpt_.find({name + "_scale_inv", base + ".weight_scale_inv", base + ".scale"});
+    DI_CHECK(scale_name.has_value(), "FP8 tensor '{}' in {} has no block scale ({}_scale_inv or {}.scale)", name,
+             ckpt_.file_of(name), name, base);
+    int64_t rows = q.dim(0), cols = q.dim(1), br = fp8_block_[0], bc = fp8_block_[1];
+    Tensor scale = param({*scale_name}, {(rows + br - 1) / br, (cols + bc - 1) / bc});
+    const float* s = scale.data<float>();
+    bool exact_in_bf16 = true;
+    for (int64_t i = 0; i < scale.numel(); ++i) exact_in_bf16 = exact_in_bf16 && is_power_of_two(s[i]);
+    Tensor out = Tensor::empty(exact_in_bf16 ? DType::kBF16 : DType::kF32, {rows, cols});
+    const uint8_t* src = q.data<uint8_t>();
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            float v = e4m3_to_f32(src[r * cols + c]) * s[(r / br) * scale.dim(1) + c / bc];
+            if (exact_in_bf16)
+                out.data<uint16_t>()[r * cols + c] = f32_to_bf16(v);
+            else
+                out.data<float>()[r * cols + c] = v;
+        }
+    return out;
+}
+
+}  // namespace deepinfer::model

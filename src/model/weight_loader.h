@@ -1,0 +1,38 @@
+#pragma once
+// Turns checkpoint tensors into the dtypes the kernels take, checking every shape.
+//  - matrix(): matmul weights. bf16 / fp32 stay as stored (zero-copy); fp16 widens to fp32; FP8
+//    e4m3 with block scales (`<name>_scale_inv` or `.scale`) is dequantised to bf16 when every
+//    scale is a power of two (then exactly), else to fp32.
+//  - param(): everything else that is float (norms, biases, mHC, sinks) as fp32.
+//  - table(): integer tables (tid2eid) as stored.
+// Each takes candidate names (release, HF-saved and HF-module spellings); errors name them all.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/checkpoint.h"
+
+namespace deepinfer::model {
+
+using Names = std::vector<std::string>;
+
+class WeightLoader {
+public:
+    WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block) : ckpt_(ckpt), fp8_block_(fp8_block) {}
+
+    bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
+    Tensor matrix(const Names& names, std::vector<int64_t> shape) const;
+    Tensor param(const Names& names, std::vector<int64_t> shape) const;
+    Tensor table(const Names& names, std::vector<int64_t> shape) const;
+
+private:
+    std::string resolve(const Names& names) const;
+    Tensor checked(const std::string& name, const std::vector<int64_t>& shape) const;
+    Tensor dequantize_fp8(const std::string& name, const Tensor& q) const;
+
+    const Checkpoint& ckpt_;
+    std::array<int, 2> fp8_block_;
+};
+
+}  // namespace deepinfer::model

@@ -1,0 +1,49 @@
+#include "runtime/sequence_logits.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace deepinfer::runtime {
+namespace {
+
+// Step lengths for the schedule, in order.
+std::vector<int64_t> step_lengths(int64_t total, const LogitsSchedule& s) {
+    std::vector<int64_t> steps;
+    if (s.decode_from >= 0) {
+        DI_CHECK(s.decode_from <= total, "--decode-from {} is beyond the {} input tokens", s.decode_from, total);
+        if (s.decode_from > 0) steps.push_back(s.decode_from);
+        for (int64_t i = s.decode_from; i < total; ++i) steps.push_back(1);
+        return steps;
+    }
+    int64_t chunk = s.chunk > 0 ? s.chunk : total;
+    for (int64_t done = 0; done < total; done += chunk) steps.push_back(std::min(chunk, total - done));
+    return steps;
+}
+
+}  // namespace
+
+Tensor sequence_logits(model::DeepseekV4Model& m, const std::vector<int32_t>& ids, const LogitsSchedule& schedule) {
+    const auto& cfg = m.config();
+    int64_t total = static_cast<int64_t>(ids.size());
+    DI_CHECK(total > 0, "no input tokens");
+    for (int32_t id : ids) DI_CHECK(id >= 0 && id < cfg.vocab_size, "token id {} is out of range for a vocabulary of {}", id, cfg.vocab_size);
+    model::V4Cache cache(cfg, m.backend(), model::V4CacheSizing::for_tokens(cfg, 1, total));
+    int state = cache.add_sequence();
+    DI_CHECK(cache.reserve(state, total), "cache: cannot reserve {} tokens", total);
+    Tensor out = Tensor::empty(DType::kF32, {total, cfg.vocab_size});
+    int64_t done = 0;
+    for (int64_t len : step_lengths(total, schedule)) {
+        model::V4Step step;
+        step.token_ids.assign(ids.begin() + done, ids.begin() + done + len);
+        step.seqs.push_back({0, static_cast<int32_t>(len), done, state});
+        for (int32_t r = 0; r < len; ++r) step.logit_rows.push_back(r);
+        Tensor logits = m.forward(step, cache);
+        m.backend().download(logits, out.data<float>() + done * cfg.vocab_size);
+        done += len;
+    }
+    return out;
+}
+
+}  // namespace deepinfer::runtime

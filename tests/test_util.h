@@ -1,0 +1,55 @@
+#pragma once
+// Helpers shared by the tests: random tensors and tolerant comparisons.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace deepinfer::test {
+
+inline std::string data_path(const std::string& rel) { return std::string(DEEPINFER_TEST_DATA) + "/" + rel; }
+
+inline Tensor random_f32(std::vector<int64_t> shape, std::mt19937& rng, float scale = 1.0f) {
+    Tensor t = Tensor::empty(DType::kF32, std::move(shape));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+    return t;
+}
+
+inline Tensor random_bf16(std::vector<int64_t> shape, std::mt19937& rng, float scale = 1.0f) {
+    Tensor t = Tensor::empty(DType::kBF16, std::move(shape));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(dist(rng));
+    return t;
+}
+
+inline Tensor copy_of(const Tensor& t) {
+    Tensor c = Tensor::empty(t.dtype(), t.shape());
+    std::memcpy(c.raw(), t.raw(), t.nbytes());
+    return c;
+}
+
+// max |a - b| <= atol + rtol * max |b|, reporting the worst element.
+inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol, double atol = 0.0) {
+    if (a.numel() != b.numel()) return ::testing::AssertionFailure() << "sizes " << a.numel() << " vs " << b.numel();
+    double worst = 0.0, ref_max = 0.0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+        double d = std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]);
+        if (!(d <= worst)) {
+            worst = d;
+            at = i;
+        }
+        ref_max = std::max(ref_max, std::fabs(static_cast<double>(b.data<float>()[i])));
+    }
+    double limit = atol + rtol * ref_max;
+    if (worst <= limit) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "max |diff| " << worst << " at " << at << " (" << a.data<float>()[at]
+                                         << " vs " << b.data<float>()[at] << ") exceeds " << limit
+                                         << " (max |ref| " << ref_max << ")";
+}
+
+}  // namespace deepinfer::test
