@@ -7,8 +7,21 @@ namespace {
 
 thread_local bool tls_inside_pool_task = false;
 
-// How long an idle worker spins for the next job before it sleeps.
-constexpr int kSpinIterations = 20000;
+// An idle worker polls for the next job (kernels come in quick bursts during a forward pass):
+// first with `pause`, then yielding its core (so oversubscribed threads do not starve the ones
+// with work), and after kYieldIterations it sleeps on the condition variable.
+constexpr int kPauseIterations = 64;
+constexpr int kYieldIterations = 2000;
+
+inline void backoff(int iteration) {
+    if (iteration < kPauseIterations) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    } else {
+        std::this_thread::yield();
+    }
+}
 
 }  // namespace
 
@@ -40,13 +53,7 @@ void ThreadPool::work_on_current_job() {
 void ThreadPool::worker_loop() {
     uint64_t seen = 0;
     for (;;) {
-        int spins = 0;
-        while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
-            ++spins;
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
-        }
+        for (int i = 0; generation_.load(std::memory_order_acquire) == seen && i < kYieldIterations; ++i) backoff(i);
         if (generation_.load(std::memory_order_acquire) == seen) {
             std::unique_lock<std::mutex> lock(mutex_);
             wake_.wait(lock, [&] { return generation_.load() != seen; });
@@ -76,11 +83,8 @@ void ThreadPool::run(int64_t num_tasks, const std::function<void(int64_t)>& fn) 
     work_on_current_job();
     // Every worker takes part in every generation (possibly finding no task left), so once all
     // have reported, all tasks are done and no worker can still touch this job.
-    while (workers_done_.load(std::memory_order_acquire) < static_cast<int>(workers_.size())) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-    }
+    for (int i = 0; workers_done_.load(std::memory_order_acquire) < static_cast<int>(workers_.size()); ++i)
+        backoff(std::min(i, kPauseIterations));
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = nullptr;
 }

@@ -1,1 +1,273 @@
+// Each op of the CPU backend (every instruction set the machine has) against the scalar reference
+// backend, on random inputs: dense ops, mHC, attention with rings and paged entries, compressors,
+// the indexer and MoE.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "base/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/ref/ref_backend.h"
+#include "tests/test_util.h"
+
+namespace deepinfer::kernels {
+namespace {
+
+using test::all_close;
+using test::copy_of;
+using test::random_bf16;
+using test::random_f32;
+
+class BackendOps : public ::testing::TestWithParam<Isa> {
+protected:
+    void SetUp() override {
+        if (GetParam() > detect_isa()) GTEST_SKIP() << "CPU lacks " << isa_name(GetParam());
+        cpu = cpu::make_cpu_backend(3, GetParam());
+        ref = make_reference_backend();
+    }
+    std::unique_ptr<Backend> cpu, ref;
+    std::mt19937 rng{42};
+};
+
+Tensor rope_freqs(int rope_dim, float theta) {
+    Tensor t = Tensor::empty(DType::kF32, {rope_dim / 2});
+    for (int i = 0; i < rope_dim / 2; ++i) t.data<float>()[i] = std::pow(theta, -2.0f * i / rope_dim);
+    return t;
+}
+
+Tensor positions(std::vector<int64_t> p) {
+    Tensor t = Tensor::empty(DType::kI64, {static_cast<int64_t>(p.size())});
+    std::copy(p.begin(), p.end(), t.data<int64_t>());
+    return t;
+}
+
+TEST_P(BackendOps, DenseOps) {
+    Tensor x = random_f32({6, 40}, rng), w = random_bf16({12, 40}, rng), nw = random_f32({40}, rng);
+    Tensor a = Tensor::empty(DType::kF32, {6, 12}), b = Tensor::empty(DType::kF32, {6, 12});
+    cpu->matmul(x, w, a);
+    ref->matmul(x, w, b);
+    EXPECT_TRUE(all_close(a, b, 1e-5));
+
+    Tensor gw = random_bf16({3 * 7, 10}, rng), gx = random_f32({5, 30}, rng);
+    Tensor ga = Tensor::empty(DType::kF32, {5, 21}), gb = Tensor::empty(DType::kF32, {5, 21});
+    cpu->grouped_matmul(gx, gw, 3, ga);
+    ref->grouped_matmul(gx, gw, 3, gb);
+    EXPECT_TRUE(all_close(ga, gb, 1e-5));
+
+    for (const Tensor* weight : {static_cast<const Tensor*>(&nw), static_cast<const Tensor*>(nullptr)}) {
+        Tensor na = copy_of(x), nb = copy_of(x);
+        cpu->rms_norm(na, weight, 1e-6f, na);
+        ref->rms_norm(nb, weight, 1e-6f, nb);
+        EXPECT_TRUE(all_close(na, nb, 1e-5));
+    }
+
+    Rope rope{rope_freqs(8, 10000.0f), 8, 1.3f};
+    Tensor ra = random_f32({6, 4, 16}, rng), rb = copy_of(ra);
+    Tensor pos = positions({0, 3, 17, 250, 1000, 65535});
+    for (bool inverse : {false, true}) {
+        Tensor va = ra.reshape({24, 16}), vb = rb.reshape({24, 16});
+        cpu->rope(va, pos, 4, rope, inverse);
+        ref->rope(vb, pos, 4, rope, inverse);
+        EXPECT_TRUE(all_close(ra, rb, 1e-5));
+    }
+
+    Tensor g = random_f32({5, 9}, rng, 3.0f), u = random_f32({5, 9}, rng, 3.0f);
+    Tensor sa = Tensor::empty(DType::kF32, {5, 9}), sb = Tensor::empty(DType::kF32, {5, 9});
+    cpu->swiglu(g, u, 2.0f, sa);
+    ref->swiglu(g, u, 2.0f, sb);
+    EXPECT_TRUE(all_close(sa, sb, 1e-5));
+
+    Tensor ids = Tensor::empty(DType::kI32, {4});
+    for (int i = 0; i < 4; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>(rng() % 12);
+    Tensor ea = Tensor::empty(DType::kF32, {4, 2, 40}), eb = Tensor::empty(DType::kF32, {4, 2, 40});
+    Tensor table = random_bf16({12, 40}, rng);
+    cpu->embed(ids, table, 2, ea);
+    ref->embed(ids, table, 2, eb);
+    EXPECT_TRUE(all_close(ea, eb, 0.0));
+    ids.data<int32_t>()[2] = 12;
+    EXPECT_THROW(cpu->embed(ids, table, 2, ea), deepinfer::Error);
+}
+
+TEST_P(BackendOps, Mhc) {
+    int hc = 4;
+    int64_t n = 5, d = 24, mix = (2 + hc) * hc;
+    Tensor streams = random_f32({n, hc, d}, rng), fn = random_f32({mix, hc * d}, rng, 0.1f);
+    Tensor base = random_f32({mix}, rng), scale = random_f32({3}, rng);
+    MhcParams p{hc, 20, 1e-6f, 1e-6f};
+    Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
+    Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
+    Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
+    cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
+    ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
+    EXPECT_TRUE(all_close(ca, cb, 1e-5));
+    EXPECT_TRUE(all_close(pa, pb, 1e-5));
+    EXPECT_TRUE(all_close(ma, mb, 1e-5));
+    for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
+        for (int k = 0; k < hc; ++k) {
+            float col = 0;
+            for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
+            EXPECT_NEAR(col, 1.0f, 1e-4f);
+        }
+    Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
+    cpu->hc_post(sa, y, pa, ma);
+    ref->hc_post(sb, y, pa, ma);
+    EXPECT_TRUE(all_close(sa, sb, 1e-5));
+    Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng), hscale = random_f32({1}, rng);
+    Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
+    cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
+    ref->hc_head(streams, hfn, hbase, hscale, p, hb);
+    EXPECT_TRUE(all_close(ha, hb, 1e-5));
+}
+
+// Three sequences mid-stream: one decoding, one prefilling past the window, one fresh.
+struct Scenario {
+    std::vector<SeqSlice> seqs;
+    int64_t num_tokens = 0;
+    std::vector<std::vector<int32_t>> tables;
+    Tensor pool;
+    EntryStore store() const {
+        EntryStore s{pool, {}};
+        for (const auto& t : tables) s.tables.push_back(t);
+        return s;
+    }
+};
+
+Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block) {
+    Scenario sc;
+    std::vector<std::pair<int64_t, int>> shapes = {{41, 1}, {9, 23}, {0, 13}};  // (start_pos, new tokens)
+    int32_t begin = 0, state = 2;
+    int64_t blocks_total = 0;
+    for (auto [start, count] : shapes) {
+        sc.seqs.push_back({begin, count, start, state--});
+        begin += count;
+        int64_t entries = (start + count) / rate + 1;
+        sc.tables.emplace_back((entries + block - 1) / block);
+        blocks_total += static_cast<int64_t>(sc.tables.back().size());
+    }
+    std::vector<int32_t> ids(blocks_total);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);  // blocks scattered through the pool
+    size_t next = 0;
+    for (auto& t : sc.tables)
+        for (auto& b : t) b = ids[next++];
+    sc.num_tokens = begin;
+    sc.pool = random_f32({blocks_total, block, dim}, rng);
+    return sc;
+}
+
+TEST_P(BackendOps, AttentionAllModes) {
+    int64_t heads = 4, d = 32;
+    int window = 8, rate = 4;
+    Scenario sc = make_scenario(rng, d, rate, 5);
+    EntryStore store = sc.store();
+    AttentionArgs a;
+    a.q = random_f32({sc.num_tokens, heads, d}, rng);
+    a.kv = random_f32({sc.num_tokens, d}, rng);
+    a.ring = random_f32({3, window - 1, d}, rng);
+    a.window = window;
+    a.entries = &store;
+    a.rate = rate;
+    a.sinks = random_f32({heads}, rng);
+    a.scale = 0.3f;
+    a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, 3});
+    for (const auto& s : sc.seqs)
+        for (int t = 0; t < s.num_tokens; ++t) {
+            int64_t visible = (s.start_pos + t + 1) / rate;
+            for (int i = 0; i < 3; ++i)
+                a.selected.data<int32_t>()[(s.token_begin + t) * 3 + i] = i < visible ? static_cast<int32_t>(rng() % visible) : -1;
+        }
+    for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible, AttentionArgs::Compressed::kSelected}) {
+        a.compressed = mode;
+        AttentionArgs b = a;
+        a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+        b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+        cpu->attention(sc.seqs, a);
+        ref->attention(sc.seqs, b);
+        EXPECT_TRUE(all_close(a.out, b.out, 1e-5)) << "mode " << static_cast<int>(mode);
+    }
+    Tensor ra = copy_of(a.ring), rb = copy_of(a.ring);
+    cpu->ring_write(sc.seqs, a.kv, ra);
+    ref->ring_write(sc.seqs, a.kv, rb);
+    EXPECT_TRUE(all_close(ra, rb, 0.0));
+}
+
+TEST_P(BackendOps, CompressorsAndIndexer) {
+    int rate = 4, dim = 16;
+    for (bool overlap : {false, true}) {
+        int c = overlap ? 2 : 1;
+        Scenario sc = make_scenario(rng, dim, rate, 3);
+        CompressorArgs a;
+        a.kv = random_f32({sc.num_tokens, c * dim}, rng);
+        a.gate = random_f32({sc.num_tokens, c * dim}, rng);
+        a.ape = random_f32({rate, c * dim}, rng);
+        a.norm = random_f32({dim}, rng);
+        a.rope = {rope_freqs(8, 160000.0f), 8, 1.0f};
+        a.rate = rate;
+        a.dim = dim;
+        a.overlap = overlap;
+        a.carry = random_f32({3, c * rate, 2 * c * dim}, rng);
+        CompressorArgs b = a;
+        b.carry = copy_of(a.carry);
+        Tensor pool_b = copy_of(sc.pool);
+        EntryStore sa = sc.store(), sb = sc.store();
+        sb.pool = pool_b;
+        a.out = &sa;
+        b.out = &sb;
+        cpu->compressor_update(sc.seqs, a);
+        ref->compressor_update(sc.seqs, b);
+        EXPECT_TRUE(all_close(sc.pool, pool_b, 1e-5)) << "overlap " << overlap;
+        EXPECT_TRUE(all_close(a.carry, b.carry, 0.0));
+
+        IndexerArgs ia;
+        ia.q = random_f32({sc.num_tokens, 3, dim}, rng);
+        ia.weights = random_f32({sc.num_tokens, 3}, rng);
+        ia.scale = 0.2f;
+        ia.keys = &sa;
+        ia.rate = rate;
+        ia.top_k = 4;
+        IndexerArgs ib = ia;
+        ia.out = Tensor::empty(DType::kI32, {sc.num_tokens, 4});
+        ib.out = Tensor::empty(DType::kI32, {sc.num_tokens, 4});
+        cpu->indexer_topk(sc.seqs, ia);
+        ref->indexer_topk(sc.seqs, ib);
+        for (int64_t r = 0; r < sc.num_tokens; ++r) {  // same set; order within the top-k is free
+            std::vector<int32_t> x(ia.out.data<int32_t>() + r * 4, ia.out.data<int32_t>() + r * 4 + 4);
+            std::vector<int32_t> y(ib.out.data<int32_t>() + r * 4, ib.out.data<int32_t>() + r * 4 + 4);
+            std::sort(x.begin(), x.end());
+            std::sort(y.begin(), y.end());
+            EXPECT_EQ(x, y) << "row " << r;
+        }
+    }
+}
+
+TEST_P(BackendOps, MoeRoutingAndExperts) {
+    int64_t n = 7, d = 24, experts = 6, inter = 10;
+    int k = 2;
+    Tensor logits = random_f32({n, experts}, rng, 3.0f), bias = random_f32({experts}, rng);
+    Tensor tid2eid = Tensor::empty(DType::kI64, {50, k}), tokens = Tensor::empty(DType::kI32, {n});
+    for (int64_t i = 0; i < 50 * k; ++i) tid2eid.data<int64_t>()[i] = static_cast<int64_t>(rng() % experts);
+    for (int64_t i = 0; i < n; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % 50);
+    for (bool hash : {false, true}) {
+        Tensor ia = Tensor::empty(DType::kI32, {n, k}), ib = copy_of(ia);
+        Tensor wa = Tensor::empty(DType::kF32, {n, k}), wb = copy_of(wa);
+        cpu->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ia, wa);
+        ref->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ib, wb);
+        EXPECT_EQ(std::memcmp(ia.raw(), ib.raw(), ia.nbytes()), 0);
+        EXPECT_TRUE(all_close(wa, wb, 1e-5));
+        std::vector<ExpertWeights> ex;
+        for (int64_t e = 0; e < experts; ++e)
+            ex.push_back({random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)});
+        Tensor x = random_f32({n, d}, rng), oa = random_f32({n, d}, rng), ob = copy_of(oa);
+        cpu->moe_experts(x, ia, wa, ex, 1.0f, oa);
+        ref->moe_experts(x, ia, wa, ex, 1.0f, ob);
+        EXPECT_TRUE(all_close(oa, ob, 1e-5));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, BackendOps, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
+
+}  // namespace
+}  // namespace deepinfer::kernels

@@ -1,0 +1,94 @@
+// The deepinfer binary end to end: `logits` writes HF-matching logits, and bad arguments or files
+// give a message and a non-zero exit code.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/safetensors.h"
+#include "tests/test_util.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+    int exit_code;
+    std::string output;  // stdout + stderr
+};
+
+RunResult run(const std::string& args) {
+    std::string cmd = std::string(DEEPINFER_BINARY) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class LogitsCli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = fs::temp_directory_path() / ("di_cli_" + std::to_string(::getpid()));
+        fs::create_directories(dir_);
+        model_ = test::data_path("v4/v4_tiny_b");
+        input_ = model_ + "/reference.safetensors";  // holds input_ids (and the expected logits)
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+    std::string out(const std::string& name) const { return (dir_ / name).string(); }
+
+    fs::path dir_;
+    std::string model_, input_;
+};
+
+TEST_F(LogitsCli, WritesLogitsMatchingHfInEveryMode) {
+    SafetensorsFile ref(input_);
+    for (std::string mode : {"", "--chunk 7", "--decode-from 20", "--threads 1 --chunk 64"}) {
+        RunResult r = run("logits --model " + model_ + " --input " + input_ + " --output " + out("l.safetensors") + " " + mode);
+        ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.output;
+        SafetensorsFile got(out("l.safetensors"));
+        Tensor logits = got.tensor("logits");
+        EXPECT_EQ(logits.dtype(), DType::kF32);
+        EXPECT_EQ(logits.shape(), ref.tensor("logits").shape());
+        EXPECT_TRUE(test::all_close(logits, ref.tensor("logits"), 1e-3)) << mode;
+    }
+}
+
+TEST_F(LogitsCli, BadArgumentsExitNonZeroWithAMessage) {
+    std::string base = "logits --model " + model_ + " --input " + input_ + " --output " + out("x.safetensors");
+    std::vector<std::pair<std::string, std::string>> cases = {
+        {"logits --input " + input_ + " --output " + out("x"), "--model"},
+        {base + " --chunk 0", "chunk"},
+        {base + " --chunk 4 --decode-from 3", "excludes"},
+        {base + " --decode-from 100000", "beyond"},
+        {"logits --model /nonexistent --input " + input_ + " --output " + out("x"), "nonexistent"},
+        {"logits --model " + model_ + " --input " + model_ + "/model-00001-of-00005.safetensors --output " + out("x"), "input_ids"},
+        {"logits --model " + model_ + " --input " + model_ + "/config.json --output " + out("x"), "config.json"},
+        {"frobnicate", "subcommand"},
+    };
+    for (const auto& [args, needle] : cases) {
+        RunResult r = run(args);
+        EXPECT_NE(r.exit_code, 0) << args;
+        EXPECT_NE(r.output.find(needle), std::string::npos) << args << " -> " << r.output;
+    }
+}
+
+TEST_F(LogitsCli, OutOfVocabularyIdsAreRejected) {
+    Tensor ids = Tensor::empty(DType::kI64, {3});
+    ids.data<int64_t>()[0] = 1;
+    ids.data<int64_t>()[1] = 100000;
+    ids.data<int64_t>()[2] = 2;
+    write_safetensors(out("ids.safetensors"), {{"input_ids", ids}});
+    RunResult r = run("logits --model " + model_ + " --input " + out("ids.safetensors") + " --output " + out("x"));
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("100000 is out of range"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace deepinfer
