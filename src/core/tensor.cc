@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.h"
+#include "base/host_allocator.h"
 
 namespace deepinfer {
 
@@ -23,10 +24,9 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
     t.dtype_ = dtype;
     t.shape_ = std::move(shape);
     for (int64_t d : t.shape_) DI_CHECK(d >= 0, "negative tensor dimension in {}", t.shape_string());
-    size_t bytes = std::max<size_t>(t.nbytes(), 1);
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    DI_CHECK(p != nullptr, "out of host memory allocating {} bytes", rounded);
+    // Large buffers (weights, caches) are streamed through: aligned_host_alloc backs them with
+    // 2 MiB pages where the kernel allows, so reading them is not bound by TLB misses.
+    void* p = aligned_host_alloc(t.nbytes());
     t.data_ = p;
     t.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
     return t;

@@ -2,6 +2,7 @@
 // The CPU implementation of kernels::Backend: host memory, a thread pool, and SIMD GEMMs picked
 // by the detected (or forced) instruction set. Op bodies are split by family over cpu_*.cc.
 #include "base/cpu_features.h"
+#include "base/host_allocator.h"
 #include "base/thread_pool.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
@@ -53,6 +54,8 @@ public:
 private:
     ThreadPool pool_;
     Isa isa_;
+    std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step
+    HostArena weights_;                                                    // uploads (weights, tables)
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads, Isa isa);

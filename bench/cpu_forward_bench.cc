@@ -1,0 +1,166 @@
+// CPU forward-pass throughput of a DeepSeek-V4 checkpoint next to the machine's memory-bandwidth
+// floor, measured in the same run:
+//   prefill: tokens/s for single prompts of the given lengths (logits of the last token);
+//   decode:  tokens/s at each batch size (every sequence prefilled first), and the floor =
+//            bytes the step must read (weights it touches + KV) / measured read bandwidth.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <regex>
+
+#include "base/host_allocator.h"
+#include "base/thread_pool.h"
+#include "kernels/backend.h"
+#include "model/archs/deepseek_v4.h"
+
+namespace {
+
+using namespace deepinfer;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Best-of-5 read bandwidth (bytes/s) of all threads summing a buffer far larger than the caches.
+double read_bandwidth(ThreadPool& pool, size_t bytes) {
+    size_t n = bytes / sizeof(float);
+    // Same kind of memory the weights live in (huge-page heap), so the floor is comparable.
+    std::shared_ptr<float> mem(static_cast<float*>(aligned_host_alloc(bytes)), [](float* p) { std::free(p); });
+    float* buf = mem.get();
+    std::fill(buf, buf + n, 1.0f);
+    double best = 0;
+    std::vector<double> sums(pool.num_threads());
+    for (int rep = 0; rep < 5; ++rep) {
+        auto t0 = Clock::now();
+        pool.parallel_for(static_cast<int64_t>(n), 1 << 16, [&](int64_t b, int64_t e) {
+            float acc[16] = {};
+            for (int64_t i = b; i + 16 <= e; i += 16)
+                for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+            sums[b * pool.num_threads() / n] = std::accumulate(acc, acc + 16, 0.0);
+        });
+        best = std::max(best, bytes / seconds_since(t0));
+    }
+    return best;
+}
+
+struct WeightBytes {
+    double dense = 0;         // read once per step whatever the batch
+    double per_expert = 0;    // one routed expert of one layer
+    double embed_row = 0;
+    double head = 0;
+};
+
+WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c) {
+    WeightBytes w;
+    std::regex expert(R"(\.experts\.\d+\.)");
+    double experts_total = 0;
+    for (const auto& name : ckpt.names()) {
+        double b = static_cast<double>(ckpt.entry(name).nbytes);
+        if (name.find("embed") != std::string::npos) w.embed_row = b / c.vocab_size;
+        else if (name == "head.weight" || name == "lm_head.weight") w.head = b;
+        else if (std::regex_search(name, expert)) experts_total += b;
+        else if (name.find("tid2eid") == std::string::npos) w.dense += b;
+    }
+    w.per_expert = experts_total / (c.num_hidden_layers * c.n_routed_experts);
+    return w;
+}
+
+struct Session {
+    model::DeepseekV4Model& m;
+    model::V4Cache cache;
+    std::vector<int> states;
+    std::vector<int64_t> lengths;
+};
+
+Tensor step(Session& s, const std::vector<std::vector<int32_t>>& tokens) {
+    model::V4Step st;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        int32_t begin = static_cast<int32_t>(st.token_ids.size());
+        st.token_ids.insert(st.token_ids.end(), tokens[i].begin(), tokens[i].end());
+        st.seqs.push_back({begin, static_cast<int32_t>(tokens[i].size()), s.lengths[i], s.states[i]});
+        s.lengths[i] += static_cast<int64_t>(tokens[i].size());
+        if (!s.cache.reserve(s.states[i], s.lengths[i])) throw std::runtime_error("cache full");
+        st.logit_rows.push_back(static_cast<int32_t>(st.token_ids.size()) - 1);
+    }
+    return s.m.forward(st, s.cache);
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+    return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"CPU forward benchmark for DeepSeek-V4 checkpoints"};
+    std::string dir;
+    int threads = 0, decode_steps = 16, context = 128;
+    std::vector<int> prompts = {128, 512}, batches = {1, 4};
+    app.add_option("--model", dir)->required();
+    app.add_option("--threads", threads);
+    app.add_option("--prompt", prompts, "prefill lengths")->delimiter(',');
+    app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
+    app.add_option("--decode-steps", decode_steps);
+    app.add_option("--context", context, "tokens prefilled before decode");
+    CLI11_PARSE(app, argc, argv);
+
+    auto backend = kernels::make_cpu_backend(threads);
+    model::Checkpoint ckpt(dir);
+    model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
+    model::DeepseekV4Model m(cfg, ckpt, *backend);
+    ThreadPool pool(threads);
+    double bw = read_bandwidth(pool, size_t{1} << 30);
+    WeightBytes wb = weight_bytes(ckpt, cfg);
+    std::mt19937 rng(7);
+    std::printf("model %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; read bandwidth %.1f GB/s\n",
+                dir.c_str(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
+                cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9);
+
+    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);
+    int max_batch = *std::max_element(batches.begin(), batches.end());
+    for (int p : prompts) {
+        double best = 1e30;
+        for (int rep = 0; rep < 2; ++rep) {
+            Session s{m, model::V4Cache(cfg, *backend, model::V4CacheSizing::for_tokens(cfg, 1, max_len)), {}, {0}};
+            s.states.push_back(s.cache.add_sequence());
+            auto t0 = Clock::now();
+            step(s, {random_tokens(rng, p, cfg.vocab_size)});
+            best = std::min(best, seconds_since(t0));
+        }
+        std::printf("| prefill | %d tokens | %.1f tok/s | %.3f s |\n", p, p / best, best);
+    }
+    for (int b : batches) {
+        Session s{m, model::V4Cache(cfg, *backend, model::V4CacheSizing::for_tokens(cfg, max_batch, max_len)), {}, {}};
+        std::vector<std::vector<int32_t>> prompt;
+        for (int i = 0; i < b; ++i) {
+            s.states.push_back(s.cache.add_sequence());
+            s.lengths.push_back(0);
+            prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
+        }
+        step(s, prompt);
+        std::vector<double> times;
+        for (int i = 0; i < decode_steps; ++i) {
+            std::vector<std::vector<int32_t>> next;
+            for (int j = 0; j < b; ++j) next.push_back(random_tokens(rng, 1, cfg.vocab_size));
+            auto t0 = Clock::now();
+            step(s, next);
+            times.push_back(seconds_since(t0));
+        }
+        std::sort(times.begin(), times.end());
+        double t = times[times.size() / 2];
+        double k = cfg.num_experts_per_tok, e = cfg.n_routed_experts;
+        double experts_touched = e * (1.0 - std::pow(1.0 - k / e, b));  // expected distinct experts, uniform routing
+        double kv = b * cfg.num_hidden_layers * (cfg.sliding_window + (context + 0.0) / 4) * cfg.head_dim * 4.0;
+        double bytes = wb.dense + wb.head + b * wb.embed_row + cfg.num_hidden_layers * experts_touched * wb.per_expert + kv;
+        double floor = bytes / bw;
+        std::printf("| decode | batch %d | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read) | %.2fx floor |\n", b,
+                    b / t, t * 1e3, floor * 1e3, bytes / 1e9, t / floor);
+    }
+    return 0;
+}
