@@ -5,7 +5,7 @@ Runs on the GPU machine (it has the HF libraries). Output, one JSON object per l
   {"utf8_hex": ..., "ids": [...]}                          encode (add_special_tokens=False)
   {"utf8_hex": ..., "error": "..."}                         HF refused the input
   {"decode_ids": [...], "text_hex": ...}                    decode parity (HF Tokenizer.decode)
-Also prints HF encode throughput on the corpus (MB/s), single thread and batched.
+Also prints HF encode throughput on the corpus (MB/s; see hf_tokenizer_bench.py).
 
 Only the `tokenizers` library is used: transformers 5.17's AutoTokenizer rebuilds this tokenizer as a
 sentencepiece-style LlamaTokenizer and ignores tokenizer.json's pre-tokenizer (it returned e.g. [] for
@@ -17,9 +17,10 @@ Usage: gen_tokenizer_vectors.py TOKENIZER_DIR CORPUS.jsonl OUT.jsonl
 import json
 import random
 import sys
-import time
 
 from tokenizers import Tokenizer
+
+from hf_tokenizer_bench import throughput
 
 
 def encode_rows(raw, corpus):
@@ -44,27 +45,6 @@ def decode_rows(raw, rng, count):
     return rows
 
 
-def throughput(raw, corpus):
-    texts = [r["text"] for r in corpus if r["kind"] != "surrogate"]
-    total_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    best_single, best_batch = 0.0, 0.0
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for t in texts:
-            raw.encode(t, add_special_tokens=False)
-        best_single = max(best_single, total_bytes / (time.perf_counter() - t0) / 1e6)
-        t0 = time.perf_counter()
-        raw.encode_batch(texts, add_special_tokens=False)
-        best_batch = max(best_batch, total_bytes / (time.perf_counter() - t0) / 1e6)
-    big = "".join(texts)
-    t0 = time.perf_counter()
-    raw.encode(big, add_special_tokens=False)
-    one_doc = len(big.encode("utf-8")) / (time.perf_counter() - t0) / 1e6
-    print(f"HF tokenizers encode: corpus {total_bytes} bytes, {len(texts)} strings; "
-          f"single-thread loop {best_single:.2f} MB/s, encode_batch {best_batch:.2f} MB/s, "
-          f"one concatenated document {one_doc:.2f} MB/s")
-
-
 def main():
     tok_dir, corpus_path, out_path = sys.argv[1:4]
     raw = Tokenizer.from_file(f"{tok_dir}/tokenizer.json")
@@ -75,7 +55,7 @@ def main():
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
     errors = sum("error" in r for r in rows)
     print(f"wrote {len(rows)} rows ({errors} HF errors)")
-    throughput(raw, corpus)
+    throughput(raw, [r["text"] for r in corpus if r["kind"] != "surrogate"])
 
 
 if __name__ == "__main__":
