@@ -77,7 +77,7 @@ struct Session {
 };
 
 Tensor step(Session& s, const std::vector<std::vector<int32_t>>& tokens) {
-    model::V4Step st;
+    model::Batch st;
     for (size_t i = 0; i < tokens.size(); ++i) {
         int32_t begin = static_cast<int32_t>(st.token_ids.size());
         st.token_ids.insert(st.token_ids.end(), tokens[i].begin(), tokens[i].end());
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     for (int p : prompts) {
         double best = 1e30;
         for (int rep = 0; rep < 2; ++rep) {
-            Session s{m, model::V4Cache(cfg, *backend, model::V4CacheSizing::for_tokens(cfg, 1, max_len)), {}, {0}};
+            Session s{m, model::V4Cache(cfg, *backend, model::v4_cache_for_tokens(cfg, 1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
             auto t0 = Clock::now();
             step(s, {random_tokens(rng, p, cfg.vocab_size)});
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
         std::printf("| prefill | %d tokens | %.1f tok/s | %.3f s |\n", p, p / best, best);
     }
     for (int b : batches) {
-        Session s{m, model::V4Cache(cfg, *backend, model::V4CacheSizing::for_tokens(cfg, max_batch, max_len)), {}, {}};
+        Session s{m, model::V4Cache(cfg, *backend, model::v4_cache_for_tokens(cfg, max_batch, max_len)), {}, {}};
         std::vector<std::vector<int32_t>> prompt;
         for (int i = 0; i < b; ++i) {
             s.states.push_back(s.cache.add_sequence());

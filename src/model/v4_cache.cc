@@ -6,22 +6,60 @@
 
 namespace deepinfer::model {
 
-V4CacheSizing V4CacheSizing::for_tokens(const DeepseekV4Config& c, int max_seqs, int64_t max_tokens, int block_size) {
-    V4CacheSizing s;
-    s.max_seqs = max_seqs;
-    s.block_size = block_size;
-    auto blocks = [&](int rate) { return max_seqs * ((max_tokens / rate + block_size - 1) / block_size); };
-    bool has_csa = false, has_hca = false;
+namespace {
+
+bool has_layer(const DeepseekV4Config& c, AttentionType type) {
+    return std::find(c.layer_types.begin(), c.layer_types.end(), type) != c.layer_types.end();
+}
+
+// Bytes of one sequence's fixed state: rings and compressor carries.
+int64_t fixed_bytes_per_sequence(const DeepseekV4Config& c, int ring_slack) {
+    int64_t ring = std::max(1, c.sliding_window - 1 + ring_slack), d = c.head_dim, di = c.index_head_dim, b = 0;
     for (auto t : c.layer_types) {
-        has_csa |= t == AttentionType::kCsa;
-        has_hca |= t == AttentionType::kHca;
+        b += ring * d;
+        if (t == AttentionType::kCsa) b += 2 * c.compress_rate_csa * 4 * (d + di);
+        if (t == AttentionType::kHca) b += c.compress_rate_hca * 2 * d;
     }
-    s.blocks_csa = has_csa ? blocks(c.compress_rate_csa) : 0;
-    s.blocks_hca = has_hca ? blocks(c.compress_rate_hca) : 0;
+    return b * static_cast<int64_t>(sizeof(float));
+}
+
+// Bytes of compressed entries per token of context (all layers).
+double entry_bytes_per_token(const DeepseekV4Config& c) {
+    double b = 0;
+    for (auto t : c.layer_types) {
+        if (t == AttentionType::kCsa) b += static_cast<double>(c.head_dim + c.index_head_dim) / c.compress_rate_csa;
+        if (t == AttentionType::kHca) b += static_cast<double>(c.head_dim) / c.compress_rate_hca;
+    }
+    return b * sizeof(float);
+}
+
+}  // namespace
+
+CacheSizing v4_cache_for_memory(const DeepseekV4Config& c, int max_seqs, int64_t memory_bytes, int block_size) {
+    int64_t fixed = fixed_bytes_per_sequence(c, 0) * max_seqs;
+    DI_CHECK(memory_bytes > fixed, "cache: {} bytes do not even hold the fixed state of {} sequences ({} bytes)",
+             memory_bytes, max_seqs, fixed);
+    double per_token = entry_bytes_per_token(c);
+    int64_t tokens = per_token > 0 ? static_cast<int64_t>((memory_bytes - fixed) / per_token) : INT64_C(1) << 40;
+    // Each sequence may hold one partly filled block per group beyond the token budget.
+    CacheSizing s = v4_cache_for_tokens(c, 1, tokens, block_size);
+    s.max_seqs = max_seqs;
+    if (s.blocks_csa > 0) s.blocks_csa = std::max<int64_t>(1, s.blocks_csa - max_seqs);
+    if (s.blocks_hca > 0) s.blocks_hca = std::max<int64_t>(1, s.blocks_hca - max_seqs);
     return s;
 }
 
-V4Cache::V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const V4CacheSizing& sizing)
+CacheSizing v4_cache_for_tokens(const DeepseekV4Config& c, int max_seqs, int64_t max_tokens, int block_size) {
+    CacheSizing s;
+    s.max_seqs = max_seqs;
+    s.block_size = block_size;
+    auto blocks = [&](int rate) { return max_seqs * ((max_tokens / rate + block_size - 1) / block_size); };
+    s.blocks_csa = has_layer(c, AttentionType::kCsa) ? blocks(c.compress_rate_csa) : 0;
+    s.blocks_hca = has_layer(c, AttentionType::kHca) ? blocks(c.compress_rate_hca) : 0;
+    return s;
+}
+
+V4Cache::V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const CacheSizing& sizing)
     : cfg_(cfg), sizing_(sizing), free_(2), tables_(2) {
     DI_CHECK(sizing.max_seqs > 0 && sizing.block_size > 0, "cache: max_seqs and block_size must be positive");
     ring_slots_ = std::max(1, cfg.sliding_window - 1 + sizing.ring_slack);
@@ -43,19 +81,44 @@ V4Cache::V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const V
         layers_.push_back(std::move(st));
     }
     for (int g = 0; g < 2; ++g) {
-        AttentionType type = g == 0 ? AttentionType::kCsa : AttentionType::kHca;
-        has_group_[g] = std::find(cfg.layer_types.begin(), cfg.layer_types.end(), type) != cfg.layer_types.end();
+        has_group_[g] = has_layer(cfg, g == 0 ? AttentionType::kCsa : AttentionType::kHca);
         int64_t blocks = g == 0 ? sizing.blocks_csa : sizing.blocks_hca;
         for (int64_t b = blocks - 1; b >= 0; --b) free_[g].push_back(static_cast<int32_t>(b));
         tables_[g].resize(n);
     }
     for (int s = sizing.max_seqs - 1; s >= 0; --s) free_states_.push_back(s);
+    bytes_ = fixed_bytes_per_sequence(cfg, sizing.ring_slack) * sizing.max_seqs +
+             bytes_per_block(Group::kCsa) * sizing.blocks_csa + bytes_per_block(Group::kHca) * sizing.blocks_hca;
+}
+
+int V4Cache::try_add_sequence() {
+    if (free_states_.empty()) return -1;
+    int s = free_states_.back();
+    free_states_.pop_back();
+    return s;
+}
+
+double V4Cache::usage() const {
+    double u = 1.0 - static_cast<double>(free_states_.size()) / sizing_.max_seqs;
+    for (int g = 0; g < 2; ++g) {
+        int64_t total = g == 0 ? sizing_.blocks_csa : sizing_.blocks_hca;
+        if (has_group_[g] && total > 0) u = std::max(u, 1.0 - static_cast<double>(free_[g].size()) / total);
+    }
+    return u;
+}
+
+int64_t V4Cache::token_capacity() const {
+    int64_t cap = INT64_C(1) << 40;
+    for (int g = 0; g < 2; ++g) {
+        int64_t total = g == 0 ? sizing_.blocks_csa : sizing_.blocks_hca;
+        if (has_group_[g]) cap = std::min(cap, total * sizing_.block_size * rate(static_cast<Group>(g)) + rate(static_cast<Group>(g)) - 1);
+    }
+    return cap;
 }
 
 int V4Cache::add_sequence() {
-    DI_CHECK(!free_states_.empty(), "cache: all {} sequence slots are in use", sizing_.max_seqs);
-    int s = free_states_.back();
-    free_states_.pop_back();
+    int s = try_add_sequence();
+    DI_CHECK(s >= 0, "cache: all {} sequence slots are in use", sizing_.max_seqs);
     return s;
 }
 

@@ -14,22 +14,17 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/causal_lm.h"
 #include "model/deepseek_v4_config.h"
 
 namespace deepinfer::model {
 
-struct V4CacheSizing {
-    int max_seqs = 1;
-    int block_size = 64;          // entries per block
-    int64_t blocks_csa = 0;       // blocks in the CSA-rate group (0 when the model has no CSA layer)
-    int64_t blocks_hca = 0;
-    int ring_slack = 0;           // extra ring slots beyond window - 1 (speculative rollback)
+// Enough blocks for `max_seqs` sequences of `max_tokens` tokens each.
+CacheSizing v4_cache_for_tokens(const DeepseekV4Config& c, int max_seqs, int64_t max_tokens, int block_size = 64);
+// The largest cache that fits `memory_bytes` (rings, carries and entry pools) for `max_seqs` sequences.
+CacheSizing v4_cache_for_memory(const DeepseekV4Config& c, int max_seqs, int64_t memory_bytes, int block_size);
 
-    // Enough blocks for `max_seqs` sequences of `max_tokens` tokens each.
-    static V4CacheSizing for_tokens(const DeepseekV4Config& c, int max_seqs, int64_t max_tokens, int block_size = 64);
-};
-
-class V4Cache {
+class V4Cache final : public SequenceCache {
 public:
     enum class Group { kCsa = 0, kHca = 1 };
 
@@ -39,14 +34,15 @@ public:
         Tensor entries, index_entries;  // [blocks, block_size, dim] pools
     };
 
-    V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const V4CacheSizing& sizing);
+    V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const CacheSizing& sizing);
 
     // A free state slot for a new sequence (its caches start empty); throws when none is free.
     int add_sequence();
-    void remove_sequence(int state);
+    int try_add_sequence() override;
+    void remove_sequence(int state) override;
     // Makes room for entries of positions [0, num_tokens); returns false (and changes nothing)
     // when a pool lacks free blocks.
-    bool reserve(int state, int64_t num_tokens);
+    bool reserve(int state, int64_t num_tokens) override;
     // Drops blocks beyond what `num_tokens` positions need (after a rollback or truncation).
     void truncate(int state, int64_t num_tokens);
 
@@ -54,9 +50,12 @@ public:
     int ring_slots() const { return ring_slots_; }
     std::span<const int32_t> block_table(Group g, int state) const { return tables_[static_cast<int>(g)][state]; }
     int64_t free_blocks(Group g) const { return static_cast<int64_t>(free_[static_cast<int>(g)].size()); }
-    int free_sequences() const { return static_cast<int>(free_states_.size()); }
-    int max_seqs() const { return sizing_.max_seqs; }
-    const V4CacheSizing& sizing() const { return sizing_; }
+    int free_sequences() const override { return static_cast<int>(free_states_.size()); }
+    int max_seqs() const override { return sizing_.max_seqs; }
+    double usage() const override;
+    int64_t bytes() const override { return bytes_; }
+    int64_t token_capacity() const override;
+    const CacheSizing& sizing() const { return sizing_; }
     // Bytes of entry pools per block of each group, over all layers (for memory accounting).
     int64_t bytes_per_block(Group g) const;
 
@@ -65,7 +64,8 @@ private:
     int rate(Group g) const { return g == Group::kCsa ? cfg_.compress_rate_csa : cfg_.compress_rate_hca; }
 
     DeepseekV4Config cfg_;
-    V4CacheSizing sizing_;
+    CacheSizing sizing_;
+    int64_t bytes_ = 0;
     int ring_slots_ = 0;
     std::vector<LayerState> layers_;
     std::vector<std::vector<int32_t>> free_;                // per group: free block ids

@@ -29,13 +29,13 @@ Tensor sequence_logits(model::DeepseekV4Model& m, const std::vector<int32_t>& id
     int64_t total = static_cast<int64_t>(ids.size());
     DI_CHECK(total > 0, "no input tokens");
     for (int32_t id : ids) DI_CHECK(id >= 0 && id < cfg.vocab_size, "token id {} is out of range for a vocabulary of {}", id, cfg.vocab_size);
-    model::V4Cache cache(cfg, m.backend(), model::V4CacheSizing::for_tokens(cfg, 1, total));
+    model::V4Cache cache(cfg, m.backend(), model::v4_cache_for_tokens(cfg, 1, total));
     int state = cache.add_sequence();
     DI_CHECK(cache.reserve(state, total), "cache: cannot reserve {} tokens", total);
     Tensor out = Tensor::empty(DType::kF32, {total, cfg.vocab_size});
     int64_t done = 0;
     for (int64_t len : step_lengths(total, schedule)) {
-        model::V4Step step;
+        model::Batch step;
         step.token_ids.assign(ids.begin() + done, ids.begin() + done + len);
         step.seqs.push_back({0, static_cast<int32_t>(len), done, state});
         for (int32_t r = 0; r < len; ++r) step.logit_rows.push_back(r);

@@ -16,8 +16,8 @@ using kernels::AttentionArgs;
 using kernels::Backend;
 
 struct DeepseekV4Model::StepTensors {
-    explicit StepTensors(const V4Step& s) : step(s) {}
-    const V4Step& step;
+    explicit StepTensors(const Batch& s) : step(s) {}
+    const Batch& step;
     int64_t n = 0;
     Tensor ids;        // [N] int32
     Tensor positions;  // [N] int64
@@ -25,6 +25,10 @@ struct DeepseekV4Model::StepTensors {
     // Scratch of the current block.
     Tensor x, post, comb;  // [N, D], [N, hc], [N, hc, hc]
 };
+
+std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, Backend& backend) {
+    return std::make_unique<DeepseekV4Model>(dir, backend);
+}
 
 DeepseekV4Config load_deepseek_v4_config(const std::string& dir) {
     std::filesystem::path path = std::filesystem::path(dir) / "config.json";
@@ -56,14 +60,28 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, B
     rope_compress_ = make_rope(cfg_.rope_compress);
 }
 
-kernels::EntryStore DeepseekV4Model::entry_store(const Tensor& pool, V4Cache::Group g, const V4Step& step,
+kernels::EntryStore DeepseekV4Model::entry_store(const Tensor& pool, V4Cache::Group g, const Batch& step,
                                                  const V4Cache& cache) const {
     kernels::EntryStore st{pool, {}};
     for (const auto& s : step.seqs) st.tables.push_back(cache.block_table(g, s.state_idx));
     return st;
 }
 
-Tensor DeepseekV4Model::forward(const V4Step& step, V4Cache& cache) {
+CacheSizing DeepseekV4Model::plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const {
+    return v4_cache_for_memory(cfg_, max_seqs, memory_bytes, block_size);
+}
+
+std::unique_ptr<SequenceCache> DeepseekV4Model::make_cache(const CacheSizing& sizing) {
+    return std::make_unique<V4Cache>(cfg_, backend_, sizing);
+}
+
+Tensor DeepseekV4Model::forward(const Batch& step, SequenceCache& cache) {
+    auto* v4 = dynamic_cast<V4Cache*>(&cache);
+    DI_CHECK(v4 != nullptr, "DeepSeek-V4 forward needs a V4Cache");
+    return forward(step, *v4);
+}
+
+Tensor DeepseekV4Model::forward(const Batch& step, V4Cache& cache) {
     int64_t n = static_cast<int64_t>(step.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
     StepTensors st{step};
     st.n = n;

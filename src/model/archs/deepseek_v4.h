@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/causal_lm.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
@@ -14,26 +15,24 @@
 
 namespace deepinfer::model {
 
-// One forward step over a flat batch of new tokens from several sequences.
-struct V4Step {
-    std::vector<int32_t> token_ids;         // [N]
-    std::vector<kernels::SeqSlice> seqs;    // state_idx = the sequence's V4Cache slot
-    std::vector<int32_t> logit_rows;        // rows of the batch whose logits are returned
-};
-
-class DeepseekV4Model {
+class DeepseekV4Model final : public CausalLm {
 public:
     // Loads the checkpoint in `dir` onto `backend` (config.json + safetensors).
     DeepseekV4Model(const std::string& dir, kernels::Backend& backend);
     DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, kernels::Backend& backend);
 
     const DeepseekV4Config& config() const { return cfg_; }
-    kernels::Backend& backend() { return backend_; }
+    kernels::Backend& backend() override { return backend_; }
+    int64_t vocab_size() const override { return cfg_.vocab_size; }
+    const std::vector<int>& eos_token_ids() const override { return cfg_.eos_token_ids; }
+    CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const override;
+    std::unique_ptr<SequenceCache> make_cache(const CacheSizing& sizing) override;
 
-    // Runs the step and appends its tokens to `cache` (blocks must be reserved for every
-    // sequence up to start_pos + num_tokens). Returns fp32 logits [logit_rows, vocab] on the
-    // backend's device.
-    Tensor forward(const V4Step& step, V4Cache& cache);
+    // Runs the step and appends its tokens to `cache` (a V4Cache; blocks must be reserved for
+    // every sequence up to start_pos + num_tokens). Returns fp32 logits [logit_rows, vocab] on
+    // the backend's device.
+    Tensor forward(const Batch& step, SequenceCache& cache) override;
+    Tensor forward(const Batch& step, V4Cache& cache);
 
 private:
     struct StepTensors;
@@ -41,7 +40,7 @@ private:
     void compressed_keys(int l, StepTensors& st, V4Cache& cache, const Tensor& qr, kernels::EntryStore& entries,
                          kernels::AttentionArgs& args);
     void ffn_block(int l, StepTensors& st);
-    kernels::EntryStore entry_store(const Tensor& pool, V4Cache::Group g, const V4Step& step, const V4Cache& cache) const;
+    kernels::EntryStore entry_store(const Tensor& pool, V4Cache::Group g, const Batch& step, const V4Cache& cache) const;
 
     DeepseekV4Config cfg_;
     kernels::Backend& backend_;

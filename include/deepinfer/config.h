@@ -1,0 +1,36 @@
+#pragma once
+// The engine configuration tree: one aggregate of per-component sections, built by the app
+// (CLI flags) and handed down section by section. Defaults are usable as they are.
+#include <cstdint>
+#include <string>
+
+namespace deepinfer {
+
+struct ModelConfig {
+    std::string path;            // HF model directory (config.json, safetensors, tokenizer.json)
+    std::string tokenizer_path;  // defaults to `path`
+    std::string name;            // served model name; defaults to the directory name
+    int threads = 0;             // CPU threads; 0 = all
+};
+
+struct CacheConfig {
+    int max_sequences = 64;           // concurrent sequences (fixed per-sequence state slots)
+    int64_t memory_bytes = 2LL << 30; // compressed-entry pools (+ rings and carries), in bytes
+    int block_size = 64;              // compressed entries per block
+    int max_model_len = 0;            // 0 = as many tokens as the cache can hold for one sequence
+};
+
+struct SchedulerConfig {
+    int max_batch_tokens = 512;  // token budget per step (decode tokens + prefill chunks)
+    int max_running = 64;        // sequences decoded together
+    bool async_scheduling = true;  // prepare step N+1 while step N runs
+};
+
+struct EngineConfig {
+    ModelConfig model;
+    CacheConfig cache;
+    SchedulerConfig scheduler;
+    std::string log_level = "warn";
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,59 @@
+#pragma once
+// The offline engine: continuous batching over one model. submit() returns a stream of events
+// per request; the engine thread runs the model while callers read. Thread-safe.
+//
+//   auto engine = deepinfer::Engine::create(config);
+//   auto stream = engine->submit({.prompt = "def fib(n):", .sampling = {.temperature = 0}});
+//   while (auto ev = stream->next()) { ... ev->sequences[0].text ... }
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "deepinfer/config.h"
+#include "deepinfer/request.h"
+
+namespace deepinfer {
+
+class RequestStream {
+public:
+    virtual ~RequestStream() = default;
+    virtual RequestId id() const = 0;
+    // The next event; nullopt once the request has finished and every event was read. With a
+    // timeout, an empty RequestEvent (no sequences) means "nothing yet".
+    virtual std::optional<RequestEvent> next() = 0;
+    virtual std::optional<RequestEvent> next_for(std::chrono::milliseconds timeout) = 0;
+    // Stops generation and frees the request's cache; a final kCancelled event follows.
+    virtual void cancel() = 0;
+};
+
+struct EngineStats {
+    int64_t requests_waiting = 0, requests_running = 0, requests_finished = 0;
+    int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
+    double cache_usage = 0;  // fraction of cache blocks / sequence slots in use
+    int64_t cache_bytes = 0;
+};
+
+class Engine {
+public:
+    // Loads the model and tokenizer and starts the engine thread. Throws deepinfer::Error for a
+    // bad config or model directory.
+    static std::unique_ptr<Engine> create(const EngineConfig& config);
+    virtual ~Engine() = default;
+
+    // Queues a request. A request that can never run (bad parameters, a prompt longer than the
+    // cache or the model allows) produces a single error event instead.
+    virtual std::shared_ptr<RequestStream> submit(GenerationRequest request) = 0;
+    virtual EngineStats stats() const = 0;
+    virtual const std::string& model_name() const = 0;
+    virtual int32_t vocab_size() const = 0;
+    // Tokenizer access for callers that format prompts (chat templates, counting).
+    virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const = 0;
+    virtual std::string detokenize(const std::vector<int32_t>& tokens) const = 0;
+    // Finishes (or, with cancel_running, cancels) every request, then stops the engine thread.
+    virtual void shutdown(bool cancel_running) = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,48 @@
+#pragma once
+// A generation request and the events it produces.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer {
+
+using RequestId = uint64_t;
+
+struct GenerationRequest {
+    std::string prompt;                 // tokenized with the model's tokenizer (BOS per its config) ...
+    std::vector<int32_t> prompt_tokens; // ... unless token ids are given here
+    SamplingParams sampling;
+    int priority = 0;                   // higher runs first; FCFS within a priority
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0.0f;
+};
+
+// One streamed update for one of a request's n sequences.
+struct SequenceEvent {
+    int index = 0;                    // which of the n completions
+    std::vector<int32_t> tokens;      // tokens added since the last event
+    std::string text;                 // text added since the last event (never splits a character)
+    std::vector<TokenLogprob> logprobs;                // per added token: the chosen token (when asked)
+    std::vector<std::vector<TokenLogprob>> top_logprobs;  // per added token: the top N (when asked)
+    FinishReason finish = FinishReason::kNone;         // set on the sequence's last event
+};
+
+struct RequestEvent {
+    RequestId id = 0;
+    std::vector<SequenceEvent> sequences;
+    bool finished = false;     // every sequence has finished
+    std::string error;         // set with FinishReason::kError
+    int prompt_tokens = 0;
+    int completion_tokens = 0; // over all sequences so far
+    double time_to_first_token_s = -1;  // set once the first token exists
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,64 @@
+#pragma once
+// What the runtime needs from a model: a forward step over a flat batch of new tokens from many
+// sequences, and a cache of per-sequence state with block-granular capacity. One implementation
+// per architecture (archs/); load_causal_lm() picks it from config.json's model_type.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace deepinfer::model {
+
+// One forward step: new tokens of several sequences, flattened.
+struct Batch {
+    std::vector<int32_t> token_ids;       // [N]
+    std::vector<kernels::SeqSlice> seqs;  // state_idx = the sequence's cache slot
+    std::vector<int32_t> logit_rows;      // rows of the batch whose logits are returned
+};
+
+struct CacheSizing {
+    int max_seqs = 1;
+    int block_size = 64;
+    int64_t blocks_csa = 0;  // blocks of the model's first and second block groups
+    int64_t blocks_hca = 0;
+    int ring_slack = 0;
+};
+
+// Per-sequence cached state. Not thread-safe: the engine thread owns it.
+class SequenceCache {
+public:
+    virtual ~SequenceCache() = default;
+    // A free slot (empty state) or -1 when all are taken.
+    virtual int try_add_sequence() = 0;
+    virtual void remove_sequence(int state) = 0;
+    // Room for positions [0, num_tokens); false, changing nothing, when a pool is short.
+    virtual bool reserve(int state, int64_t num_tokens) = 0;
+    virtual int free_sequences() const = 0;
+    virtual int max_seqs() const = 0;
+    // Fraction of the scarcest resource (slots or blocks of any group) in use.
+    virtual double usage() const = 0;
+    virtual int64_t bytes() const = 0;
+    // Tokens one sequence could hold with the whole pool to itself.
+    virtual int64_t token_capacity() const = 0;
+};
+
+class CausalLm {
+public:
+    virtual ~CausalLm() = default;
+    virtual int64_t vocab_size() const = 0;
+    virtual const std::vector<int>& eos_token_ids() const = 0;
+    virtual kernels::Backend& backend() = 0;
+    // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences.
+    virtual CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const = 0;
+    virtual std::unique_ptr<SequenceCache> make_cache(const CacheSizing& sizing) = 0;
+    // Runs the batch and appends its tokens to the cache (reserved in advance). Returns fp32
+    // logits [logit_rows, vocab] on the backend's device.
+    virtual Tensor forward(const Batch& batch, SequenceCache& cache) = 0;
+};
+
+// Loads the model in `dir` (config.json model_type decides the architecture).
+std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, kernels::Backend& backend);
+
+}  // namespace deepinfer::model
