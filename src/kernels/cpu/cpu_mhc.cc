@@ -12,7 +12,7 @@ namespace {
 
 // Normalises each token's flattened streams [N, hc*D] by its RMS (no weight).
 Tensor normalized_flat(ThreadPool& pool, const Tensor& streams, float eps) {
-    int64_t n = streams.dim(0), width = streams.numel() / n;
+    int64_t n = streams.dim(0), width = n == 0 ? 0 : streams.numel() / n;
     Tensor flat = Tensor::empty(DType::kF32, {n, width});
     pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {

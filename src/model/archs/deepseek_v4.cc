@@ -103,6 +103,7 @@ Tensor DeepseekV4Model::forward(const Batch& step, V4Cache& cache) {
         ffn_block(l, st);
     }
     int64_t r = static_cast<int64_t>(step.logit_rows.size());
+    if (r == 0) return backend_.empty(DType::kF32, {0, cfg_.vocab_size});
     Tensor rows_host = Tensor::empty(DType::kI32, {r});
     std::copy(step.logit_rows.begin(), step.logit_rows.end(), rows_host.data<int32_t>());
     Tensor picked = backend_.empty(DType::kF32, {r, hc, D});

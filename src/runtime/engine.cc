@@ -1,0 +1,183 @@
+#include <filesystem>
+#include <random>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "runtime/engine_impl.h"
+
+namespace deepinfer {
+
+std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
+    return std::make_unique<runtime::EngineImpl>(config);
+}
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::kStop: return "stop";
+        case FinishReason::kLength: return "length";
+        case FinishReason::kCancelled: return "cancelled";
+        case FinishReason::kError: return "error";
+        default: return "";
+    }
+}
+
+}  // namespace deepinfer
+
+namespace deepinfer::runtime {
+
+// --- streams ---------------------------------------------------------------------------------
+
+void RequestStreamImpl::push(RequestEvent ev) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ev.finished) closed_ = true;
+    events_.push_back(std::move(ev));
+    cv_.notify_all();
+}
+
+void RequestStreamImpl::detach() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine_ = nullptr;
+}
+
+std::optional<RequestEvent> RequestStreamImpl::pop_locked() {
+    RequestEvent ev = std::move(events_.front());
+    events_.pop_front();
+    return ev;
+}
+
+std::optional<RequestEvent> RequestStreamImpl::next() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return !events_.empty() || closed_; });
+    if (events_.empty()) return std::nullopt;
+    return pop_locked();
+}
+
+std::optional<RequestEvent> RequestStreamImpl::next_for(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty() || closed_; })) return RequestEvent{id_};
+    if (events_.empty()) return std::nullopt;
+    return pop_locked();
+}
+
+void RequestStreamImpl::cancel() {
+    EngineImpl* engine;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closed_ || engine_ == nullptr) return;
+        engine = engine_;
+    }
+    engine->cancel(id_);
+}
+
+// --- engine ----------------------------------------------------------------------------------
+
+EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
+    set_log_level(config.log_level);
+    const ModelConfig& mc = config.model;
+    DI_CHECK(!mc.path.empty(), "no model directory given");
+    name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
+    if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
+    backend_ = kernels::make_cpu_backend(mc.threads);
+    model_ = model::load_causal_lm(mc.path, *backend_);
+    tokenizer_ = tokenizer::Tokenizer::from_dir(mc.tokenizer_path.empty() ? mc.path : mc.tokenizer_path);
+    const CacheConfig& cc = config.cache;
+    DI_CHECK(cc.max_sequences >= 1 && cc.block_size >= 1, "cache: max_sequences and block_size must be positive");
+    cache_ = model_->make_cache(model_->plan_cache(cc.max_sequences, cc.memory_bytes, cc.block_size));
+    max_model_len_ = cache_->token_capacity();
+    if (cc.max_model_len > 0) max_model_len_ = std::min<int64_t>(max_model_len_, cc.max_model_len);
+    DI_CHECK(config.scheduler.max_batch_tokens >= 1 && config.scheduler.max_running >= 1,
+             "scheduler: max_batch_tokens and max_running must be positive");
+    scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
+    executor_ = std::make_unique<StepExecutor>(*model_, *cache_);
+    spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
+                 model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);
+    thread_ = std::thread([this] { loop(); });
+}
+
+EngineImpl::~EngineImpl() { shutdown(true); }
+
+void EngineImpl::shutdown(bool cancel_running) {
+    {
+        std::lock_guard<std::mutex> lock(inbox_mutex_);
+        stopping_ = true;
+        cancel_on_stop_ = cancel_on_stop_ || cancel_running;
+    }
+    inbox_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::vector<int32_t> EngineImpl::tokenize(const std::string& text, bool add_special_tokens) const {
+    auto ids = tokenizer_->encode(text, add_special_tokens);
+    DI_CHECK(ids.ok(), "{}", ids.status().message());
+    return std::move(ids).value();
+}
+
+std::string EngineImpl::detokenize(const std::vector<int32_t>& tokens) const { return tokenizer_->decode(tokens, false); }
+
+// Fills prompt_tokens; returns an error message for a request that can never run.
+std::string EngineImpl::check_request(GenerationRequest& r) const {
+    std::string bad = r.sampling.validate(static_cast<int32_t>(model_->vocab_size()));
+    if (!bad.empty()) return bad;
+    if (r.prompt_tokens.empty()) {
+        auto ids = tokenizer_->encode(r.prompt, true);
+        if (!ids.ok()) return "prompt: " + ids.status().message();
+        r.prompt_tokens = std::move(ids).value();
+    }
+    if (r.prompt_tokens.empty()) return "prompt is empty";
+    for (int32_t t : r.prompt_tokens)
+        if (t < 0 || t >= model_->vocab_size()) return "prompt token id " + std::to_string(t) + " is out of range";
+    int64_t need = static_cast<int64_t>(r.prompt_tokens.size()) + r.sampling.max_tokens;
+    if (need > max_model_len_)
+        return "prompt (" + std::to_string(r.prompt_tokens.size()) + " tokens) plus max_tokens (" +
+               std::to_string(r.sampling.max_tokens) + ") exceeds the maximum context of " + std::to_string(max_model_len_) +
+               " tokens";
+    return {};
+}
+
+std::shared_ptr<RequestStream> EngineImpl::submit(GenerationRequest request) {
+    auto rs = std::make_unique<RequestState>();
+    rs->id = next_id_++;
+    rs->stream = std::make_shared<RequestStreamImpl>(rs->id, this);
+    rs->arrival = std::chrono::steady_clock::now();
+    auto stream = rs->stream;
+    std::string error = check_request(request);
+    if (!error.empty()) {
+        RequestEvent ev{rs->id};
+        ev.finished = true;
+        ev.error = error;
+        stream->push(std::move(ev));
+        stream->detach();
+        return stream;
+    }
+    if (!request.sampling.seed) request.sampling.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull + rs->id;
+    rs->request = std::move(request);
+    {
+        std::lock_guard<std::mutex> lock(inbox_mutex_);
+        if (stopping_) {
+            RequestEvent ev{rs->id};
+            ev.finished = true;
+            ev.error = "the engine is shutting down";
+            stream->push(std::move(ev));
+            stream->detach();
+            return stream;
+        }
+        inbox_.push_back(std::move(rs));
+    }
+    inbox_cv_.notify_all();
+    return stream;
+}
+
+void EngineImpl::cancel(RequestId id) {
+    {
+        std::lock_guard<std::mutex> lock(inbox_mutex_);
+        cancels_.push_back(id);
+    }
+    inbox_cv_.notify_all();
+}
+
+EngineStats EngineImpl::stats() const {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    return stats_;
+}
+
+}  // namespace deepinfer::runtime

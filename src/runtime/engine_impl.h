@@ -1,0 +1,113 @@
+#pragma once
+// The engine behind deepinfer::Engine: requests come in through a locked inbox, the engine thread
+// owns every sequence, plans steps with the Scheduler, runs them on the StepExecutor (planning the
+// next step while one runs when async scheduling is on), samples, and pushes events to streams.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "deepinfer/engine.h"
+#include "kernels/backend.h"
+#include "model/causal_lm.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
+#include "runtime/step_executor.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::runtime {
+
+class EngineImpl;
+
+class RequestStreamImpl final : public RequestStream {
+public:
+    RequestStreamImpl(RequestId id, EngineImpl* engine) : id_(id), engine_(engine) {}
+    RequestId id() const override { return id_; }
+    std::optional<RequestEvent> next() override;
+    std::optional<RequestEvent> next_for(std::chrono::milliseconds timeout) override;
+    void cancel() override;
+
+    void push(RequestEvent ev);  // engine thread
+    void detach();               // the engine is gone: cancel() becomes a no-op
+
+private:
+    std::optional<RequestEvent> pop_locked();
+
+    RequestId id_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<RequestEvent> events_;
+    bool closed_ = false;
+    EngineImpl* engine_;
+};
+
+struct RequestState {
+    RequestId id = 0;
+    GenerationRequest request;
+    std::shared_ptr<RequestStreamImpl> stream;
+    std::vector<std::unique_ptr<Sequence>> sequences;
+    std::chrono::steady_clock::time_point arrival;
+    double ttft_s = -1;
+    bool cancelled = false;
+    int completion_tokens = 0;
+};
+
+class EngineImpl final : public Engine {
+public:
+    explicit EngineImpl(const EngineConfig& config);
+    ~EngineImpl() override;
+
+    std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
+    EngineStats stats() const override;
+    const std::string& model_name() const override { return name_; }
+    int32_t vocab_size() const override { return static_cast<int32_t>(model_->vocab_size()); }
+    std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const override;
+    std::string detokenize(const std::vector<int32_t>& tokens) const override;
+    void shutdown(bool cancel_running) override;
+
+    void cancel(RequestId id);
+
+private:
+    std::string check_request(GenerationRequest& r) const;
+    void loop();
+    void take_inbox(bool block);
+    void start_request(std::unique_ptr<RequestState> rs);
+    void launch(const StepPlan& plan);
+    void commit(const StepPlan& plan, const std::vector<float>& logits);
+    void finish_done_requests();
+    void fail_everything(const std::string& message);
+
+    EngineConfig config_;
+    std::string name_;
+    std::unique_ptr<kernels::Backend> backend_;
+    std::unique_ptr<model::CausalLm> model_;
+    std::shared_ptr<tokenizer::Tokenizer> tokenizer_;
+    std::unique_ptr<model::SequenceCache> cache_;
+    std::unique_ptr<Scheduler> scheduler_;
+    std::unique_ptr<StepExecutor> executor_;
+    int64_t max_model_len_ = 0;
+
+    // Inbox (any thread) -> engine thread.
+    mutable std::mutex inbox_mutex_;
+    std::condition_variable inbox_cv_;
+    std::vector<std::unique_ptr<RequestState>> inbox_;
+    std::vector<RequestId> cancels_;
+    bool stopping_ = false, cancel_on_stop_ = false;
+    std::atomic<RequestId> next_id_{1};
+
+    // Engine thread only.
+    std::map<RequestId, std::unique_ptr<RequestState>> requests_;
+    std::map<RequestId, RequestEvent> pending_events_;
+    uint64_t arrivals_ = 0;
+
+    mutable std::mutex stats_mutex_;
+    EngineStats stats_;
+    std::thread thread_;
+};
+
+}  // namespace deepinfer::runtime

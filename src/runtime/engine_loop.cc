@@ -1,0 +1,212 @@
+// The engine thread: take new requests and cancellations, plan a step, run it, sample, stream.
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "runtime/engine_impl.h"
+#include "runtime/sampler.h"
+
+namespace deepinfer::runtime {
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
+    const GenerationRequest& r = rs->request;
+    std::vector<int> eos = model_->eos_token_ids();
+    if (auto e = tokenizer_->eos_id()) eos.push_back(*e);
+    for (int i = 0; i < r.sampling.n; ++i) {
+        auto s = std::make_unique<Sequence>();
+        s->request = rs.get();
+        s->index = i;
+        s->seed = *r.sampling.seed + static_cast<uint64_t>(i);
+        s->priority = r.priority;
+        s->arrival = arrivals_++;
+        s->tokens = r.prompt_tokens;
+        s->prompt_len = static_cast<int>(r.prompt_tokens.size());
+        s->text = std::make_unique<OutputText>(tokenizer_, rs->request.sampling, std::vector<int32_t>(eos.begin(), eos.end()));
+        scheduler_->add(s.get());
+        rs->sequences.push_back(std::move(s));
+    }
+    RequestId id = rs->id;
+    requests_[id] = std::move(rs);
+}
+
+// Moves new requests and cancellations into the engine's own state; with `block`, waits for work.
+void EngineImpl::take_inbox(bool block) {
+    std::vector<std::unique_ptr<RequestState>> incoming;
+    std::vector<RequestId> cancels;
+    {
+        std::unique_lock<std::mutex> lock(inbox_mutex_);
+        if (block) inbox_cv_.wait(lock, [&] { return !inbox_.empty() || !cancels_.empty() || stopping_; });
+        incoming.swap(inbox_);
+        cancels.swap(cancels_);
+        if (stopping_ && cancel_on_stop_)
+            for (const auto& [id, rs] : requests_) cancels.push_back(id);
+    }
+    for (auto& rs : incoming) start_request(std::move(rs));
+    for (RequestId id : cancels) {
+        auto it = requests_.find(id);
+        if (it != requests_.end()) it->second->cancelled = true;
+    }
+}
+
+void EngineImpl::launch(const StepPlan& plan) {
+    model::Batch batch;
+    for (const ScheduledChunk& c : plan.chunks) {
+        Sequence* s = c.seq;
+        int32_t begin = static_cast<int32_t>(batch.token_ids.size());
+        batch.token_ids.insert(batch.token_ids.end(), s->tokens.begin() + c.start, s->tokens.begin() + c.start + c.count);
+        batch.seqs.push_back({begin, static_cast<int32_t>(c.count), c.start, s->cache_state});
+        if (c.samples) batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
+        s->inflight = c.count;
+        s->awaiting_sample = c.samples;
+    }
+    executor_->launch(std::move(batch));
+}
+
+void EngineImpl::commit(const StepPlan& plan, const std::vector<float>& logits) {
+    int64_t vocab = model_->vocab_size();
+    int row = 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+        Sequence* s = c.seq;
+        s->num_computed += c.count;
+        s->inflight = 0;
+        s->awaiting_sample = false;
+        if (!c.samples) continue;
+        std::span<const float> l(logits.data() + static_cast<size_t>(row++) * vocab, vocab);
+        RequestState* rs = s->request;
+        if (s->finished() || rs->cancelled) continue;
+        const SamplingParams& p = rs->request.sampling;
+        std::span<const int32_t> prompt(s->tokens.data(), s->prompt_len);
+        std::span<const int32_t> output(s->tokens.data() + s->prompt_len, s->tokens.size() - s->prompt_len);
+        SampleOutput out = sample_token({l, &p, s->seed, static_cast<int64_t>(s->tokens.size()), prompt, output});
+        s->tokens.push_back(out.token);
+        ++rs->completion_tokens;
+        if (rs->ttft_s < 0) rs->ttft_s = seconds_between(rs->arrival, std::chrono::steady_clock::now());
+        RequestEvent& ev = pending_events_[rs->id];
+        ev.id = rs->id;
+        auto it = std::find_if(ev.sequences.begin(), ev.sequences.end(), [&](const SequenceEvent& e) { return e.index == s->index; });
+        SequenceEvent& se = it != ev.sequences.end() ? *it : ev.sequences.emplace_back(SequenceEvent{s->index});
+        se.tokens.push_back(out.token);
+        se.text += s->text->add(out.token, s->num_generated());
+        if (p.logprobs >= 0) se.logprobs.push_back({out.token, out.logprob});
+        if (p.logprobs > 0) se.top_logprobs.push_back(std::move(out.top));
+        if (s->text->finish() != FinishReason::kNone) {
+            s->finish = s->text->finish();
+            se.finish = s->finish;
+        }
+    }
+}
+
+// Cancelled and fully finished requests: free their sequences and send their last events.
+void EngineImpl::finish_done_requests() {
+    for (auto it = requests_.begin(); it != requests_.end();) {
+        RequestState* rs = it->second.get();
+        RequestEvent& ev = pending_events_[rs->id];
+        ev.id = rs->id;
+        for (auto& s : rs->sequences) {
+            if (rs->cancelled && !s->finished()) {
+                s->finish = FinishReason::kCancelled;
+                auto& se = ev.sequences.emplace_back(SequenceEvent{s->index});
+                se.finish = FinishReason::kCancelled;
+            }
+            if (s->finished() && s->inflight == 0) scheduler_->remove(s.get());  // idempotent
+        }
+        bool done = std::all_of(rs->sequences.begin(), rs->sequences.end(), [](const auto& s) { return s->finished(); });
+        ev.prompt_tokens = static_cast<int>(rs->request.prompt_tokens.size());
+        ev.completion_tokens = rs->completion_tokens;
+        ev.time_to_first_token_s = rs->ttft_s;
+        ev.finished = done;
+        if (!ev.sequences.empty() || done) rs->stream->push(std::move(ev));
+        pending_events_.erase(rs->id);
+        if (done) {
+            rs->stream->detach();
+            std::lock_guard<std::mutex> lock(stats_mutex_);
+            ++stats_.requests_finished;
+            stats_.generated_tokens += rs->completion_tokens;
+            stats_.prompt_tokens += ev.prompt_tokens;
+            it = requests_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void EngineImpl::fail_everything(const std::string& message) {
+    spdlog::error("engine step failed: {}", message);
+    for (auto& [id, rs] : requests_) {
+        for (auto& s : rs->sequences) scheduler_->remove(s.get());
+        RequestEvent ev{id};
+        ev.finished = true;
+        ev.error = "engine step failed: " + message;
+        rs->stream->push(std::move(ev));
+        rs->stream->detach();
+    }
+    requests_.clear();
+    pending_events_.clear();
+}
+
+void EngineImpl::loop() {
+    std::optional<StepPlan> inflight;
+    for (;;) {
+        take_inbox(false);
+        if (!inflight) {
+            finish_done_requests();
+            StepPlan plan = scheduler_->schedule(false);
+            if (plan.empty()) {
+                {
+                    std::lock_guard<std::mutex> lock(inbox_mutex_);
+                    if (stopping_ && inbox_.empty() && requests_.empty()) break;
+                }
+                take_inbox(requests_.empty());
+                continue;
+            }
+            launch(plan);
+            inflight = std::move(plan);
+        }
+        std::optional<StepPlan> next;
+        if (config_.scheduler.async_scheduling) next = scheduler_->schedule(true);
+        try {
+            std::vector<float> logits = executor_->wait();
+            commit(*inflight, logits);
+        } catch (const std::exception& e) {
+            fail_everything(e.what());
+            inflight.reset();
+            continue;
+        }
+        take_inbox(false);
+        finish_done_requests();
+        {
+            std::lock_guard<std::mutex> lock(stats_mutex_);
+            ++stats_.steps;
+            stats_.requests_running = scheduler_->num_running();
+            stats_.requests_waiting = scheduler_->num_waiting();
+            stats_.preemptions = scheduler_->num_preemptions();
+            stats_.cache_usage = cache_->usage();
+            stats_.cache_bytes = cache_->bytes();
+        }
+        inflight.reset();
+        if (next && !scheduler_->needs_sync()) {
+            // Drop what finished while the step ran; everything else was planned for this moment.
+            std::erase_if(next->chunks, [](const ScheduledChunk& c) { return c.seq->finished() || c.seq->cache_state < 0; });
+            if (!next->empty()) {
+                launch(*next);
+                inflight = std::move(next);
+            }
+        }
+    }
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    for (auto& rs : inbox_) {
+        RequestEvent ev{rs->id};
+        ev.finished = true;
+        ev.error = "the engine shut down";
+        rs->stream->push(std::move(ev));
+    }
+}
+
+}  // namespace deepinfer::runtime

@@ -1,0 +1,109 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+namespace deepinfer::runtime {
+namespace {
+
+// Higher priority first, then earlier arrival.
+bool before(const Sequence* a, const Sequence* b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->arrival < b->arrival;
+}
+
+bool in_plan(const StepPlan& plan, const Sequence* s) {
+    return std::any_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) { return c.seq == s; });
+}
+
+}  // namespace
+
+int64_t StepPlan::num_tokens() const {
+    int64_t n = 0;
+    for (const auto& c : chunks) n += c.count;
+    return n;
+}
+
+void Scheduler::add(Sequence* seq) {
+    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, before), seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+    std::erase(waiting_, seq);
+    std::erase(running_, seq);
+    if (seq->cache_state >= 0) cache_.remove_sequence(seq->cache_state);
+    seq->cache_state = -1;
+}
+
+void Scheduler::preempt(Sequence* s) {
+    std::erase(running_, s);
+    cache_.remove_sequence(s->cache_state);
+    s->cache_state = -1;
+    s->num_computed = 0;
+    ++preemptions_;
+    add(s);
+}
+
+// Reserves blocks for `s` up to position `upto`, preempting less important sequences that are
+// not in this step. Returns false when `s` must sit this step out (preempted itself, or, with a
+// step in flight, nothing may be preempted yet).
+bool Scheduler::make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool ahead) {
+    while (!cache_.reserve(s->cache_state, upto)) {
+        if (ahead) {
+            needs_sync_ = true;
+            return false;
+        }
+        Sequence* victim = nullptr;
+        for (Sequence* r : running_)
+            if (r != s && !in_plan(plan, r) && (victim == nullptr || before(victim, r))) victim = r;
+        if (victim == nullptr || !before(s, victim)) {
+            preempt(s);
+            return false;
+        }
+        preempt(victim);
+    }
+    return true;
+}
+
+void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead) {
+    std::sort(running_.begin(), running_.end(), before);
+    std::vector<Sequence*> order = running_;  // preemption edits running_
+    for (int pass = 0; pass < 2; ++pass) {    // decode steps first, then prompt chunks
+        for (Sequence* s : order) {
+            int64_t todo = s->pending();
+            if (budget <= 0 || s->cache_state < 0 || todo <= 0 || (todo == 1) != (pass == 0) || in_plan(plan, s))
+                continue;
+            int64_t start = s->length_after_inflight(), count = std::min(todo, budget);
+            if (!make_room(s, start + count, plan, ahead)) continue;
+            plan.chunks.push_back({s, start, count, count == todo});
+            budget -= count;
+        }
+    }
+}
+
+void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
+    while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_running) {
+        Sequence* s = waiting_.front();
+        int state = cache_.try_add_sequence();
+        if (state < 0) return;
+        int64_t todo = s->pending(), count = std::min(todo, budget);
+        if (!cache_.reserve(state, count)) {  // back-pressure: wait until blocks free up
+            cache_.remove_sequence(state);
+            return;
+        }
+        s->cache_state = state;
+        waiting_.erase(waiting_.begin());
+        running_.push_back(s);
+        plan.chunks.push_back({s, 0, count, count == todo});
+        budget -= count;
+    }
+}
+
+StepPlan Scheduler::schedule(bool ahead) {
+    needs_sync_ = false;
+    StepPlan plan;
+    int64_t budget = config_.max_batch_tokens;
+    schedule_running(plan, budget, ahead);
+    admit_waiting(plan, budget);
+    return plan;
+}
+
+}  // namespace deepinfer::runtime

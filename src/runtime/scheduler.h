@@ -1,0 +1,62 @@
+#pragma once
+// Continuous batching. Each step gets a token budget: sequences that are decoding take one token
+// each (highest priority first, then FCFS), then prompts take chunks of what is left, so long
+// prompts are prefilled in pieces alongside decode. A waiting sequence is admitted when a cache
+// slot is free and blocks for its first chunk can be reserved; when a running sequence cannot
+// get blocks, the lowest-priority, most recently arrived resident sequence is preempted: its
+// cache is freed and it is recomputed later (its sampled tokens are kept, and sampling is keyed
+// by position, so recompute changes nothing).
+//
+// Not thread-safe: the engine thread drives it.
+#include <cstdint>
+#include <vector>
+
+#include "deepinfer/config.h"
+#include "model/causal_lm.h"
+#include "runtime/sequence.h"
+
+namespace deepinfer::runtime {
+
+struct ScheduledChunk {
+    Sequence* seq = nullptr;
+    int64_t start = 0;     // first position computed
+    int64_t count = 0;     // tokens computed
+    bool samples = false;  // the chunk ends at the sequence's last token: sample the next one
+};
+
+struct StepPlan {
+    std::vector<ScheduledChunk> chunks;
+    int64_t num_tokens() const;
+    bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+public:
+    Scheduler(const SchedulerConfig& config, model::SequenceCache& cache) : config_(config), cache_(cache) {}
+
+    void add(Sequence* seq);                  // new or preempted: to the waiting queue
+    void remove(Sequence* seq);               // finished or cancelled: frees its cache
+    // Plans the next step. With `ahead`, a step is in flight: sequences in it count their
+    // in-flight tokens as computed, nothing is preempted, and a sequence that cannot get room is
+    // left out (needs_sync() then tells the caller to plan again after the step lands).
+    StepPlan schedule(bool ahead);
+    bool needs_sync() const { return needs_sync_; }
+
+    int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+    int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+    int64_t num_preemptions() const { return preemptions_; }
+
+private:
+    void preempt(Sequence* s);
+    bool make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool ahead);
+    void schedule_running(StepPlan& plan, int64_t& budget, bool ahead);
+    void admit_waiting(StepPlan& plan, int64_t& budget);
+
+    SchedulerConfig config_;
+    model::SequenceCache& cache_;
+    std::vector<Sequence*> waiting_, running_;
+    int64_t preemptions_ = 0;
+    bool needs_sync_ = false;
+};
+
+}  // namespace deepinfer::runtime

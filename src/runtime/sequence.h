@@ -1,0 +1,44 @@
+#pragma once
+// One sequence being generated (a request with n > 1 has n of them). Owned by the engine thread.
+//
+// tokens = prompt + generated. Positions [0, num_computed) are in the model's cache; the
+// remaining tokens are computed in later steps (a prompt in chunks, then one token per step).
+// While a step is in flight its tokens count as `inflight` and, when that step will sample, one
+// placeholder token is expected (`awaiting_sample`).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "deepinfer/request.h"
+#include "runtime/output_text.h"
+
+namespace deepinfer::runtime {
+
+struct RequestState;
+
+struct Sequence {
+    RequestState* request = nullptr;
+    int index = 0;                   // which of the request's n completions
+    uint64_t seed = 0;
+    int priority = 0;
+    uint64_t arrival = 0;            // FCFS order within a priority
+    std::vector<int32_t> tokens;
+    int prompt_len = 0;
+    int64_t num_computed = 0;
+    int64_t inflight = 0;            // tokens of the step in flight
+    bool awaiting_sample = false;    // the step in flight samples this sequence's next token
+    int cache_state = -1;            // cache slot, -1 when not resident
+    std::unique_ptr<OutputText> text;
+    FinishReason finish = FinishReason::kNone;
+    bool finished() const { return finish != FinishReason::kNone; }
+
+    int num_generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+    // Tokens still to compute once the step in flight lands (its sampled token included).
+    int64_t pending() const {
+        return static_cast<int64_t>(tokens.size()) + (awaiting_sample ? 1 : 0) - num_computed - inflight;
+    }
+    int64_t length_after_inflight() const { return num_computed + inflight; }
+};
+
+}  // namespace deepinfer::runtime
