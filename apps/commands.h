@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "apps/engine_options.h"
+
 namespace deepinfer::apps {
 
 struct LogitsOptions {
@@ -16,5 +18,22 @@ struct LogitsOptions {
 };
 void add_logits_command(CLI::App& app, LogitsOptions& opts);
 int run_logits(const LogitsOptions& opts);
+
+struct GenerateOptions {
+    std::string prompt, prompts_file, output_file;
+    EngineFlags engine;
+    SamplingFlags sampling;
+};
+void add_generate_command(CLI::App& app, GenerateOptions& opts);
+int run_generate(GenerateOptions& opts, const std::string& log_level);
+
+struct BenchOptions {
+    int num_prompts = 64, input_len = 128, output_len = 64, concurrency = 0;
+    uint64_t seed = 0;
+    bool json = false;
+    EngineFlags engine;
+};
+void add_bench_command(CLI::App& app, BenchOptions& opts);
+int run_bench(BenchOptions& opts, const std::string& log_level);
 
 }  // namespace deepinfer::apps

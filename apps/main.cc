@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
     deepinfer::apps::LogitsOptions logits;
     deepinfer::apps::add_logits_command(app, logits);
+    deepinfer::apps::GenerateOptions generate;
+    deepinfer::apps::add_generate_command(app, generate);
+    deepinfer::apps::BenchOptions bench;
+    deepinfer::apps::add_bench_command(app, bench);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -22,6 +26,8 @@ int main(int argc, char** argv) {
     try {
         deepinfer::set_log_level(log_level);
         if (app.got_subcommand("logits")) return deepinfer::apps::run_logits(logits);
+        if (app.got_subcommand("generate")) return deepinfer::apps::run_generate(generate, log_level);
+        if (app.got_subcommand("bench")) return deepinfer::apps::run_bench(bench, log_level);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
         return 1;

@@ -8,7 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "core/safetensors.h"
+#include "tests/runtime/test_models.h"
 #include "tests/test_util.h"
 
 namespace deepinfer {
@@ -88,6 +93,63 @@ TEST_F(LogitsCli, OutOfVocabularyIdsAreRejected) {
     RunResult r = run("logits --model " + model_ + " --input " + out("ids.safetensors") + " --output " + out("x"));
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("100000 is out of range"), std::string::npos) << r.output;
+}
+
+class GenerateCli : public LogitsCli {
+protected:
+    void SetUp() override {
+        LogitsCli::SetUp();
+        model_ = test::make_model_dir("v4_tiny_a", 1024);
+    }
+    std::string engine_flags() const { return " --model " + model_ + " --threads 2 --cache-memory 16MiB --max-sequences 8"; }
+};
+
+TEST_F(GenerateCli, OnePromptStreamsText) {
+    RunResult r = run("generate" + engine_flags() + " --prompt 'the tea' --temperature 0 --max-tokens 12");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GT(r.output.size(), 1u);
+    RunResult again = run("generate" + engine_flags() + " --prompt 'the tea' --temperature 0 --max-tokens 12");
+    EXPECT_EQ(again.output, r.output);  // greedy is deterministic
+}
+
+TEST_F(GenerateCli, PromptsFileGivesResultsInOrder) {
+    std::ofstream(out("p.jsonl")) << R"({"prompt": "a tale"})" << "\n"
+                                  << R"({"prompt": "one more", "max_tokens": 3, "n": 2, "temperature": 1.0, "seed": 4})" << "\n"
+                                  << R"({"prompt": "and the last"})" << "\n";
+    RunResult r = run("generate" + engine_flags() + " --prompts " + out("p.jsonl") + " --max-tokens 6 --output " + out("r.jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(out("r.jsonl"));
+    std::string line;
+    std::vector<nlohmann::json> rows;
+    while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(rows.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rows[i]["index"], i);
+    EXPECT_EQ(rows[0]["prompt"], "a tale");
+    EXPECT_EQ(rows[0]["completion_tokens"], 6);
+    EXPECT_EQ(rows[0]["finish_reason"], "length");
+    EXPECT_EQ(rows[1]["texts"].size(), 2u);
+    EXPECT_EQ(rows[1]["completion_tokens"], 6);  // 2 x 3
+
+    std::ofstream(out("bad.jsonl")) << R"({"prompt": "ok"})" << "\n" << "{oops" << "\n";
+    r = run("generate" + engine_flags() + " --prompts " + out("bad.jsonl"));
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("line 2 is not valid JSON"), std::string::npos) << r.output;
+    r = run("generate" + engine_flags() + " --prompt hi --max-tokens 100000000");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("maximum context"), std::string::npos) << r.output;
+    r = run("generate" + engine_flags() + " --prompt hi --top-p 7");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("top_p"), std::string::npos) << r.output;
+}
+
+TEST_F(GenerateCli, BenchReportsThroughputAsJson) {
+    RunResult r = run("bench" + engine_flags() + " --num-prompts 6 --input-len 20 --output-len 5 --concurrency 3 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_EQ(j["failed"], 0);
+    EXPECT_GT(j["output_tokens_per_s"].get<double>(), 0.0);
+    EXPECT_GE(j["tpot_ms"]["p99"].get<double>(), j["tpot_ms"]["p50"].get<double>());
+    EXPECT_NEAR(j["input_tokens_per_s"].get<double>() / j["output_tokens_per_s"].get<double>(), 4.0, 1e-6);
 }
 
 }  // namespace

@@ -1,0 +1,90 @@
+#include "apps/engine_options.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/error.h"
+
+namespace deepinfer::apps {
+
+int64_t parse_bytes(const std::string& text) {
+    size_t pos = 0;
+    double value = 0;
+    try {
+        value = std::stod(text, &pos);
+    } catch (const std::exception&) {
+        fail("'{}' is not a size (e.g. 2GiB, 512MiB)", text);
+    }
+    std::string unit = text.substr(pos);
+    for (auto& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    double mult = unit.empty() || unit == "b" ? 1.0
+                  : unit == "k" || unit == "kib" || unit == "kb" ? 1024.0
+                  : unit == "m" || unit == "mib" || unit == "mb" ? 1048576.0
+                  : unit == "g" || unit == "gib" || unit == "gb" ? 1073741824.0
+                                                                 : -1.0;
+    DI_CHECK(mult > 0 && value > 0, "'{}' is not a size (e.g. 2GiB, 512MiB)", text);
+    return static_cast<int64_t>(value * mult);
+}
+
+std::string default_model_dir() {
+    if (const char* env = std::getenv("DEEPINFER_MODEL"); env && *env) return env;
+    char buf[4096];
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0) return "models/deepinfer-nano";
+    buf[n] = '\0';
+    return (std::filesystem::path(buf).parent_path() / "../../models/deepinfer-nano").lexically_normal().string();
+}
+
+void add_engine_options(CLI::App* cmd, EngineFlags& f) {
+    auto& c = f.config;
+    cmd->add_option("--model", c.model.path, "HF model directory (default: the bundled deepinfer-nano)");
+    cmd->add_option("--tokenizer", c.model.tokenizer_path, "directory with tokenizer.json (default: the model's)");
+    cmd->add_option("--threads", c.model.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--max-sequences", c.cache.max_sequences, "sequences resident in the cache at once")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--cache-memory", f.cache_memory, "cache size, e.g. 2GiB");
+    cmd->add_option("--max-model-len", c.cache.max_model_len, "longest prompt + output (default: what the cache holds)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--max-batch-tokens", c.scheduler.max_batch_tokens, "token budget per step")->check(CLI::PositiveNumber);
+    cmd->add_option("--max-running", c.scheduler.max_running, "sequences decoded together")->check(CLI::PositiveNumber);
+    cmd->add_flag("--no-async", f.no_async, "plan each step only after the previous one finished");
+}
+
+EngineConfig finish_engine_config(EngineFlags& f, const std::string& log_level) {
+    EngineConfig c = f.config;
+    if (c.model.path.empty()) c.model.path = default_model_dir();
+    DI_CHECK(std::filesystem::is_directory(c.model.path), "model directory {} does not exist", c.model.path);
+    c.cache.memory_bytes = parse_bytes(f.cache_memory);
+    c.scheduler.async_scheduling = !f.no_async;
+    c.log_level = log_level;
+    return c;
+}
+
+SamplingParams SamplingFlags::finish() const {
+    SamplingParams p = params;
+    if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
+    return p;
+}
+
+void add_sampling_options(CLI::App* cmd, SamplingFlags& flags) {
+    SamplingParams& p = flags.params;
+    cmd->add_option("--max-tokens", p.max_tokens, "tokens to generate at most")->check(CLI::PositiveNumber);
+    cmd->add_option("--temperature", p.temperature, "0 = greedy");
+    cmd->add_option("--top-p", p.top_p);
+    cmd->add_option("--top-k", p.top_k);
+    cmd->add_option("--min-p", p.min_p);
+    cmd->add_option("--presence-penalty", p.presence_penalty);
+    cmd->add_option("--frequency-penalty", p.frequency_penalty);
+    cmd->add_option("--repetition-penalty", p.repetition_penalty);
+    cmd->add_option("--seed", flags.seed, "sampling seed (samples depend only on seed and position)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--stop", p.stop, "stop string (repeatable)");
+    cmd->add_option("--n", p.n, "completions per prompt");
+    cmd->add_option("--logprobs", p.logprobs, "log-probabilities of the chosen token and the top N");
+    cmd->add_flag("--ignore-eos", p.ignore_eos, "keep generating past end-of-sequence tokens");
+}
+
+}  // namespace deepinfer::apps

@@ -1,0 +1,35 @@
+#pragma once
+// Flags shared by the subcommands that run the engine (generate, bench, serve), parsed into the
+// one EngineConfig tree, and the sampling flags parsed into SamplingParams.
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "deepinfer/config.h"
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer::apps {
+
+struct EngineFlags {
+    EngineConfig config;
+    std::string cache_memory = "2GiB";
+    bool no_async = false;
+};
+
+void add_engine_options(CLI::App* cmd, EngineFlags& flags);
+// Resolves defaults (the bundled model, memory size) after parsing; throws deepinfer::Error.
+EngineConfig finish_engine_config(EngineFlags& flags, const std::string& log_level);
+struct SamplingFlags {
+    SamplingParams params;
+    int64_t seed = -1;
+    SamplingParams finish() const;
+};
+void add_sampling_options(CLI::App* cmd, SamplingFlags& flags);
+
+// "2GiB", "512MiB", "1500000" -> bytes.
+int64_t parse_bytes(const std::string& text);
+// The model used when --model is not given: $DEEPINFER_MODEL, else models/deepinfer-nano next to
+// the source tree the binary was built in (build/bin/../../models/deepinfer-nano).
+std::string default_model_dir();
+
+}  // namespace deepinfer::apps
