@@ -16,6 +16,9 @@ struct Batch {
     std::vector<int32_t> token_ids;       // [N]
     std::vector<kernels::SeqSlice> seqs;  // state_idx = the sequence's cache slot
     std::vector<int32_t> logit_rows;      // rows of the batch whose logits are returned
+    // [group][seq]: the sequences' block tables as of planning (SequenceCache::describe), so a
+    // step can run while the planner reserves blocks for the next one. Empty: read the cache's.
+    std::vector<std::vector<std::vector<int32_t>>> block_tables;
 };
 
 struct CacheSizing {
@@ -35,6 +38,8 @@ public:
     virtual void remove_sequence(int state) = 0;
     // Room for positions [0, num_tokens); false, changing nothing, when a pool is short.
     virtual bool reserve(int state, int64_t num_tokens) = 0;
+    // Copies the block tables of batch.seqs into batch.block_tables.
+    virtual void describe(Batch& batch) const = 0;
     virtual int free_sequences() const = 0;
     virtual int max_seqs() const = 0;
     // Fraction of the scarcest resource (slots or blocks of any group) in use.

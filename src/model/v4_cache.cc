@@ -147,6 +147,12 @@ bool V4Cache::reserve(int state, int64_t num_tokens) {
     return true;
 }
 
+void V4Cache::describe(Batch& batch) const {
+    batch.block_tables.assign(2, {});
+    for (int g = 0; g < 2; ++g)
+        for (const auto& s : batch.seqs) batch.block_tables[g].push_back(tables_[g][s.state_idx]);
+}
+
 void V4Cache::truncate(int state, int64_t num_tokens) {
     for (int g = 0; g < 2; ++g) {
         auto& table = tables_[g][state];

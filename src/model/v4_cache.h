@@ -43,6 +43,7 @@ public:
     // Makes room for entries of positions [0, num_tokens); returns false (and changes nothing)
     // when a pool lacks free blocks.
     bool reserve(int state, int64_t num_tokens) override;
+    void describe(Batch& batch) const override;
     // Drops blocks beyond what `num_tokens` positions need (after a rollback or truncation).
     void truncate(int state, int64_t num_tokens);
 

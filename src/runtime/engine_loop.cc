@@ -66,6 +66,7 @@ void EngineImpl::launch(const StepPlan& plan) {
         s->inflight = c.count;
         s->awaiting_sample = c.samples;
     }
+    cache_->describe(batch);  // the step must not read tables the planner is appending to
     executor_->launch(std::move(batch));
 }
 
@@ -107,13 +108,13 @@ void EngineImpl::commit(const StepPlan& plan, const std::vector<float>& logits) 
 void EngineImpl::finish_done_requests() {
     for (auto it = requests_.begin(); it != requests_.end();) {
         RequestState* rs = it->second.get();
-        RequestEvent& ev = pending_events_[rs->id];
+        RequestEvent ev = std::move(pending_events_[rs->id]);
+        pending_events_.erase(rs->id);
         ev.id = rs->id;
         for (auto& s : rs->sequences) {
             if (rs->cancelled && !s->finished()) {
                 s->finish = FinishReason::kCancelled;
-                auto& se = ev.sequences.emplace_back(SequenceEvent{s->index});
-                se.finish = FinishReason::kCancelled;
+                ev.sequences.emplace_back(SequenceEvent{s->index}).finish = FinishReason::kCancelled;
             }
             if (s->finished() && s->inflight == 0) scheduler_->remove(s.get());  // idempotent
         }
@@ -122,14 +123,15 @@ void EngineImpl::finish_done_requests() {
         ev.completion_tokens = rs->completion_tokens;
         ev.time_to_first_token_s = rs->ttft_s;
         ev.finished = done;
-        if (!ev.sequences.empty() || done) rs->stream->push(std::move(ev));
-        pending_events_.erase(rs->id);
         if (done) {
-            rs->stream->detach();
             std::lock_guard<std::mutex> lock(stats_mutex_);
             ++stats_.requests_finished;
             stats_.generated_tokens += rs->completion_tokens;
             stats_.prompt_tokens += ev.prompt_tokens;
+        }
+        if (!ev.sequences.empty() || done) rs->stream->push(std::move(ev));
+        if (done) {
+            rs->stream->detach();
             it = requests_.erase(it);
         } else {
             ++it;
@@ -180,6 +182,10 @@ void EngineImpl::loop() {
             continue;
         }
         take_inbox(false);
+        // Drop planned chunks of sequences that just finished or were cancelled before
+        // finish_done_requests() frees them; everything else was planned for this moment.
+        if (next)
+            std::erase_if(next->chunks, [](const ScheduledChunk& c) { return c.seq->finished() || c.seq->request->cancelled; });
         finish_done_requests();
         {
             std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -191,13 +197,9 @@ void EngineImpl::loop() {
             stats_.cache_bytes = cache_->bytes();
         }
         inflight.reset();
-        if (next && !scheduler_->needs_sync()) {
-            // Drop what finished while the step ran; everything else was planned for this moment.
-            std::erase_if(next->chunks, [](const ScheduledChunk& c) { return c.seq->finished() || c.seq->cache_state < 0; });
-            if (!next->empty()) {
-                launch(*next);
-                inflight = std::move(next);
-            }
+        if (next && !scheduler_->needs_sync() && !next->empty()) {
+            launch(*next);
+            inflight = std::move(next);
         }
     }
     std::lock_guard<std::mutex> lock(inbox_mutex_);

@@ -40,10 +40,16 @@ std::vector<int32_t> top_ids(const std::vector<float>& v, size_t k) {
     return ids;
 }
 
-// Candidates (best first) left by top-k and top-p over probabilities `prob`.
+// Candidates left by top-k and top-p over probabilities `prob`: best first when a filter needs
+// the order, else every token in id order (no sort of the whole vocabulary).
 std::vector<int32_t> filtered_candidates(const std::vector<float>& prob, const SamplingParams& p) {
     size_t vocab = prob.size();
     size_t limit = p.top_k > 0 ? std::min<size_t>(p.top_k, vocab) : vocab;
+    if (p.top_p >= 1.0f && limit == vocab) {
+        std::vector<int32_t> all(vocab);
+        std::iota(all.begin(), all.end(), 0);
+        return all;
+    }
     if (p.top_p >= 1.0f) return top_ids(prob, limit);
     for (size_t m = std::min<size_t>(limit, 256);; m = std::min(limit, m * 4)) {
         std::vector<int32_t> ids = top_ids(prob, m);
@@ -87,8 +93,8 @@ SampleOutput sample_token(const SampleInput& in) {
         for (float& x : prob) x = static_cast<float>(x / sum);
         std::vector<int32_t> cand = filtered_candidates(prob, p);
         if (p.min_p > 0.0f) {
-            float floor = p.min_p * prob[cand.front()];
-            cand.erase(std::remove_if(cand.begin() + 1, cand.end(), [&](int32_t t) { return prob[t] < floor; }), cand.end());
+            float floor = p.min_p * *std::max_element(prob.begin(), prob.end());
+            std::erase_if(cand, [&](int32_t t) { return prob[t] < floor; });
         }
         double total = 0.0;
         for (int32_t t : cand) total += prob[t];

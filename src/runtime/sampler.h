@@ -3,7 +3,8 @@
 // penalty (prompt + output tokens), presence / frequency penalties (output tokens), then greedy
 // (temperature 0) or temperature, top-k, top-p, min-p and an inverse-CDF draw with the
 // counter-based uniform of (seed, position). Candidates are ordered by probability (ties to the
-// lower id), so the choice is a pure function of the logits and (seed, position).
+// lower id) when top-k / top-p need it, else by id; either way the choice is a pure function of
+// the logits and (seed, position).
 // Logprobs are those of the model's raw distribution (log-softmax of the unprocessed logits).
 #include <cstdint>
 #include <span>

@@ -205,5 +205,30 @@ TEST_F(EngineTest, CancellationAndBadRequests) {
     EXPECT_EQ(collect(*e->submit(text)).tokens[0].size(), 3u);
 }
 
+TEST_F(EngineTest, ManyConcurrentRequestsWithCancellations) {
+    EngineConfig c;
+    c.model.path = *dir_;
+    c.model.threads = 2;
+    c.cache.memory_bytes = 1 << 20;
+    c.cache.max_sequences = 12;
+    c.cache.block_size = 1;  // block tables grow every few tokens while steps are in flight
+    c.scheduler.max_batch_tokens = 24;
+    auto e = Engine::create(c);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 24; ++i) streams.push_back(e->submit(greedy(prompt(i * 5, 3 + (i * 7) % 40), 6 + i % 9)));
+    for (int i = 0; i < 24; i += 3) streams[i]->cancel();
+    for (int i = 0; i < 24; ++i) {
+        Result r = collect(*streams[i]);
+        if (i % 3 == 0) {
+            EXPECT_TRUE(r.finish[0] == FinishReason::kCancelled || r.finish[0] == FinishReason::kLength);
+        } else {
+            EXPECT_EQ(r.tokens[0].size(), static_cast<size_t>(6 + i % 9)) << "request " << i;
+        }
+    }
+    EngineStats st = e->stats();
+    EXPECT_EQ(st.requests_finished, 24);
+    EXPECT_EQ(st.requests_running + st.requests_waiting, 0);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -63,7 +63,7 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, B
 kernels::EntryStore DeepseekV4Model::entry_store(const Tensor& pool, V4Cache::Group g, const Batch& step,
                                                  const V4Cache& cache) const {
     kernels::EntryStore st{pool, {}};
-    for (const auto& s : step.seqs) st.tables.push_back(cache.block_table(g, s.state_idx));
+    for (const auto& table : step.block_tables[static_cast<int>(g)]) st.tables.push_back(table);
     return st;
 }
 
@@ -81,7 +81,13 @@ Tensor DeepseekV4Model::forward(const Batch& step, SequenceCache& cache) {
     return forward(step, *v4);
 }
 
-Tensor DeepseekV4Model::forward(const Batch& step, V4Cache& cache) {
+Tensor DeepseekV4Model::forward(const Batch& batch, V4Cache& cache) {
+    if (batch.block_tables.empty()) {  // single-threaded callers: take the tables from the cache now
+        Batch described = batch;
+        cache.describe(described);
+        return forward(described, cache);
+    }
+    const Batch& step = batch;
     int64_t n = static_cast<int64_t>(step.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
     StepTensors st{step};
     st.n = n;
