@@ -36,4 +36,11 @@ struct BenchOptions {
 void add_bench_command(CLI::App& app, BenchOptions& opts);
 int run_bench(BenchOptions& opts, const std::string& log_level);
 
+struct ServeOptions {
+    ServerConfig server;
+    EngineFlags engine;
+};
+void add_serve_command(CLI::App& app, ServeOptions& opts);
+int run_serve(ServeOptions& opts, const std::string& log_level);
+
 }  // namespace deepinfer::apps

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
     deepinfer::apps::add_generate_command(app, generate);
     deepinfer::apps::BenchOptions bench;
     deepinfer::apps::add_bench_command(app, bench);
+    deepinfer::apps::ServeOptions serve;
+    deepinfer::apps::add_serve_command(app, serve);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
         if (app.got_subcommand("logits")) return deepinfer::apps::run_logits(logits);
         if (app.got_subcommand("generate")) return deepinfer::apps::run_generate(generate, log_level);
         if (app.got_subcommand("bench")) return deepinfer::apps::run_bench(bench, log_level);
+        if (app.got_subcommand("serve")) return deepinfer::apps::run_serve(serve, log_level);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
         return 1;

@@ -26,6 +26,14 @@ struct SchedulerConfig {
     bool async_scheduling = true;  // prepare step N+1 while step N runs
 };
 
+struct ServerConfig {
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    int max_connections = 512;         // concurrent HTTP connections (one thread each)
+    double shutdown_grace_s = 30.0;    // on SIGTERM, how long in-flight requests may finish
+    std::string api_key;               // when set, requests need "Authorization: Bearer <key>"
+};
+
 struct EngineConfig {
     ModelConfig model;
     CacheConfig cache;

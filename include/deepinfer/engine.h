@@ -49,6 +49,8 @@ public:
     virtual EngineStats stats() const = 0;
     virtual const std::string& model_name() const = 0;
     virtual int32_t vocab_size() const = 0;
+    // Longest prompt + output a request may have.
+    virtual int64_t max_model_len() const = 0;
     // Tokenizer access for callers that format prompts (chat templates, counting).
     virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const = 0;
     virtual std::string detokenize(const std::vector<int32_t>& tokens) const = 0;

@@ -66,6 +66,7 @@ public:
     EngineStats stats() const override;
     const std::string& model_name() const override { return name_; }
     int32_t vocab_size() const override { return static_cast<int32_t>(model_->vocab_size()); }
+    int64_t max_model_len() const override { return max_model_len_; }
     std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const override;
     std::string detokenize(const std::vector<int32_t>& tokens) const override;
     void shutdown(bool cancel_running) override;
@@ -80,6 +81,7 @@ private:
     void launch(const StepPlan& plan);
     void commit(const StepPlan& plan, const std::vector<float>& logits);
     void finish_done_requests();
+    void publish_stats();
     void fail_everything(const std::string& message);
 
     EngineConfig config_;

@@ -104,8 +104,10 @@ void EngineImpl::commit(const StepPlan& plan, const std::vector<float>& logits) 
     }
 }
 
-// Cancelled and fully finished requests: free their sequences and send their last events.
+// Cancelled and fully finished requests: free their sequences and send their last events. The
+// stats are published before the events, so a caller who saw its last event sees them settled.
 void EngineImpl::finish_done_requests() {
+    std::vector<std::pair<std::shared_ptr<RequestStreamImpl>, RequestEvent>> outgoing;
     for (auto it = requests_.begin(); it != requests_.end();) {
         RequestState* rs = it->second.get();
         RequestEvent ev = std::move(pending_events_[rs->id]);
@@ -129,7 +131,7 @@ void EngineImpl::finish_done_requests() {
             stats_.generated_tokens += rs->completion_tokens;
             stats_.prompt_tokens += ev.prompt_tokens;
         }
-        if (!ev.sequences.empty() || done) rs->stream->push(std::move(ev));
+        if (!ev.sequences.empty() || done) outgoing.emplace_back(rs->stream, std::move(ev));
         if (done) {
             rs->stream->detach();
             it = requests_.erase(it);
@@ -137,6 +139,17 @@ void EngineImpl::finish_done_requests() {
             ++it;
         }
     }
+    publish_stats();
+    for (auto& [stream, ev] : outgoing) stream->push(std::move(ev));
+}
+
+void EngineImpl::publish_stats() {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.requests_running = scheduler_->num_running();
+    stats_.requests_waiting = scheduler_->num_waiting();
+    stats_.preemptions = scheduler_->num_preemptions();
+    stats_.cache_usage = cache_->usage();
+    stats_.cache_bytes = cache_->bytes();
 }
 
 void EngineImpl::fail_everything(const std::string& message) {
@@ -186,16 +199,11 @@ void EngineImpl::loop() {
         // finish_done_requests() frees them; everything else was planned for this moment.
         if (next)
             std::erase_if(next->chunks, [](const ScheduledChunk& c) { return c.seq->finished() || c.seq->request->cancelled; });
-        finish_done_requests();
         {
             std::lock_guard<std::mutex> lock(stats_mutex_);
             ++stats_.steps;
-            stats_.requests_running = scheduler_->num_running();
-            stats_.requests_waiting = scheduler_->num_waiting();
-            stats_.preemptions = scheduler_->num_preemptions();
-            stats_.cache_usage = cache_->usage();
-            stats_.cache_bytes = cache_->bytes();
         }
+        finish_done_requests();
         inflight.reset();
         if (next && !scheduler_->needs_sync() && !next->empty()) {
             launch(*next);

@@ -1,0 +1,71 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace deepinfer::server {
+
+void Histogram::observe(double v) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t i = 0;
+    while (i < bounds_.size() && v > bounds_[i]) ++i;
+    ++counts_[i];
+    sum_ += v;
+    ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+        cumulative += counts_[i];
+        out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+    }
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+}
+
+Metrics::Metrics()
+    : ttft({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      itl({0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}),
+      e2e({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
+
+void Metrics::request_finished(const std::string& endpoint, int status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++requests_[{endpoint, status}];
+}
+
+void Metrics::tokens(int prompt, int completion) {
+    prompt_tokens_ += static_cast<uint64_t>(prompt);
+    completion_tokens_ += static_cast<uint64_t>(completion);
+}
+
+std::string Metrics::render(const EngineStats& st, const std::string& model) const {
+    std::string out;
+    auto gauge = [&](const char* name, const char* help, double v) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{model=\"{}\"}} {}\n", name, help, name, name, model, v);
+    };
+    auto counter = [&](const char* name, const char* help, double v) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{model=\"{}\"}} {}\n", name, help, name, name, model, v);
+    };
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        out += "# HELP deepinfer_requests_total HTTP requests by endpoint and status.\n# TYPE deepinfer_requests_total counter\n";
+        for (const auto& [key, n] : requests_)
+            out += fmt::format("deepinfer_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+    }
+    counter("deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
+    counter("deepinfer_generation_tokens_total", "Generated tokens of finished requests.", static_cast<double>(completion_tokens_));
+    gauge("deepinfer_requests_active", "Requests being served over HTTP.", static_cast<double>(active_requests));
+    gauge("deepinfer_queue_length", "Sequences waiting to be scheduled.", static_cast<double>(st.requests_waiting));
+    gauge("deepinfer_running_batch", "Sequences in the running batch.", static_cast<double>(st.requests_running));
+    gauge("deepinfer_cache_usage_ratio", "Fraction of the cache in use.", st.cache_usage);
+    gauge("deepinfer_cache_bytes", "Bytes of cache memory.", static_cast<double>(st.cache_bytes));
+    counter("deepinfer_preemptions_total", "Sequences preempted (recomputed later).", static_cast<double>(st.preemptions));
+    counter("deepinfer_engine_steps_total", "Forward steps run.", static_cast<double>(st.steps));
+    ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");
+    itl.render(out, "deepinfer_inter_token_latency_seconds", "Time between tokens of a stream.");
+    e2e.render(out, "deepinfer_request_latency_seconds", "Time from request arrival to its last token.");
+    return out;
+}
+
+}  // namespace deepinfer::server

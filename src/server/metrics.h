@@ -1,0 +1,47 @@
+#pragma once
+// Prometheus metrics of the server: request and token counters, latency histograms (time to first
+// token, inter-token latency, end-to-end), and gauges read from the engine at scrape time.
+// Thread-safe (atomics and a mutex per histogram).
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "deepinfer/engine.h"
+
+namespace deepinfer::server {
+
+class Histogram {
+public:
+    explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+    void observe(double v);
+    void render(std::string& out, const std::string& name, const std::string& help) const;
+
+private:
+    std::vector<double> bounds_;
+    mutable std::mutex mutex_;
+    std::vector<uint64_t> counts_;
+    double sum_ = 0;
+    uint64_t count_ = 0;
+};
+
+class Metrics {
+public:
+    Metrics();
+    void request_finished(const std::string& endpoint, int status);
+    void tokens(int prompt, int completion);
+    Histogram ttft, itl, e2e;
+    std::atomic<int64_t> active_requests{0};
+
+    std::string render(const EngineStats& stats, const std::string& model) const;
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::pair<std::string, int>, uint64_t> requests_;  // (endpoint, status) -> count
+    std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
+};
+
+}  // namespace deepinfer::server
