@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
     deepinfer::apps::add_bench_command(app, bench);
     deepinfer::apps::ServeOptions serve;
     deepinfer::apps::add_serve_command(app, serve);
+    deepinfer::apps::BenchServeOptions bench_serve;
+    deepinfer::apps::add_bench_serve_command(app, bench_serve);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
         if (app.got_subcommand("generate")) return deepinfer::apps::run_generate(generate, log_level);
         if (app.got_subcommand("bench")) return deepinfer::apps::run_bench(bench, log_level);
         if (app.got_subcommand("serve")) return deepinfer::apps::run_serve(serve, log_level);
+        if (app.got_subcommand("bench-serve")) return deepinfer::apps::run_bench_serve(bench_serve);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
         return 1;

@@ -27,6 +27,7 @@ struct CacheSizing {
     int64_t blocks_csa = 0;  // blocks of the model's first and second block groups
     int64_t blocks_hca = 0;
     int ring_slack = 0;
+    int64_t tokens_per_seq = 0;  // what each of max_seqs sequences can hold at once (informational)
 };
 
 // Per-sequence cached state. Not thread-safe: the engine thread owns it.

@@ -35,22 +35,37 @@ double entry_bytes_per_token(const DeepseekV4Config& c) {
 
 }  // namespace
 
+// Bytes a cache of this sizing allocates.
+int64_t v4_cache_bytes(const DeepseekV4Config& c, const CacheSizing& s) {
+    int64_t per_block[2] = {0, 0};
+    for (auto t : c.layer_types) {
+        if (t == AttentionType::kCsa) per_block[0] += (c.head_dim + c.index_head_dim) * s.block_size;
+        if (t == AttentionType::kHca) per_block[1] += c.head_dim * s.block_size;
+    }
+    return fixed_bytes_per_sequence(c, s.ring_slack) * s.max_seqs +
+           (per_block[0] * s.blocks_csa + per_block[1] * s.blocks_hca) * static_cast<int64_t>(sizeof(float));
+}
+
 CacheSizing v4_cache_for_memory(const DeepseekV4Config& c, int max_seqs, int64_t memory_bytes, int block_size) {
-    int64_t fixed = fixed_bytes_per_sequence(c, 0) * max_seqs;
-    DI_CHECK(memory_bytes > fixed, "cache: {} bytes do not even hold the fixed state of {} sequences ({} bytes)",
-             memory_bytes, max_seqs, fixed);
-    double per_token = entry_bytes_per_token(c);
-    int64_t tokens = per_token > 0 ? static_cast<int64_t>((memory_bytes - fixed) / per_token) : INT64_C(1) << 40;
-    // Each sequence may hold one partly filled block per group beyond the token budget.
-    CacheSizing s = v4_cache_for_tokens(c, 1, tokens, block_size);
-    s.max_seqs = max_seqs;
-    if (s.blocks_csa > 0) s.blocks_csa = std::max<int64_t>(1, s.blocks_csa - max_seqs);
-    if (s.blocks_hca > 0) s.blocks_hca = std::max<int64_t>(1, s.blocks_hca - max_seqs);
+    // The largest even share of tokens per sequence whose blocks (partial blocks included) fit.
+    auto plan = [&](int64_t per_seq) { return v4_cache_for_tokens(c, max_seqs, per_seq, block_size); };
+    DI_CHECK(v4_cache_bytes(c, plan(1)) <= memory_bytes,
+             "cache: {} bytes do not even hold the per-sequence state of {} sequences ({} bytes)", memory_bytes, max_seqs,
+             v4_cache_bytes(c, plan(1)));
+    int64_t lo = 1, hi = INT64_C(1) << 40;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (v4_cache_bytes(c, plan(mid)) <= memory_bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    CacheSizing s = plan(lo);
+    s.tokens_per_seq = lo;
     return s;
 }
 
 CacheSizing v4_cache_for_tokens(const DeepseekV4Config& c, int max_seqs, int64_t max_tokens, int block_size) {
     CacheSizing s;
+    s.tokens_per_seq = max_tokens;
     s.max_seqs = max_seqs;
     s.block_size = block_size;
     auto blocks = [&](int rate) { return max_seqs * ((max_tokens / rate + block_size - 1) / block_size); };
@@ -87,8 +102,7 @@ V4Cache::V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const C
         tables_[g].resize(n);
     }
     for (int s = sizing.max_seqs - 1; s >= 0; --s) free_states_.push_back(s);
-    bytes_ = fixed_bytes_per_sequence(cfg, sizing.ring_slack) * sizing.max_seqs +
-             bytes_per_block(Group::kCsa) * sizing.blocks_csa + bytes_per_block(Group::kHca) * sizing.blocks_hca;
+    bytes_ = v4_cache_bytes(cfg, sizing);
 }
 
 int V4Cache::try_add_sequence() {

@@ -21,8 +21,10 @@ namespace deepinfer::model {
 
 // Enough blocks for `max_seqs` sequences of `max_tokens` tokens each.
 CacheSizing v4_cache_for_tokens(const DeepseekV4Config& c, int max_seqs, int64_t max_tokens, int block_size = 64);
-// The largest cache that fits `memory_bytes` (rings, carries and entry pools) for `max_seqs` sequences.
+// The largest cache that fits `memory_bytes` (rings, carries and entry pools) and lets each of
+// `max_seqs` sequences hold the same number of tokens (sizing.tokens_per_seq).
 CacheSizing v4_cache_for_memory(const DeepseekV4Config& c, int max_seqs, int64_t memory_bytes, int block_size);
+int64_t v4_cache_bytes(const DeepseekV4Config& c, const CacheSizing& s);
 
 class V4Cache final : public SequenceCache {
 public:
