@@ -16,6 +16,7 @@
 #include "base/host_allocator.h"
 #include "base/thread_pool.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
 #include "model/archs/deepseek_v4.h"
 
 namespace {
@@ -47,25 +48,54 @@ double read_bandwidth(ThreadPool& pool, size_t bytes) {
     return best;
 }
 
+// Best-of-3 rate (FLOP/s) of the GEMM kernel on a prefill-shaped bf16 product over all threads.
+double gemm_flops(ThreadPool& pool) {
+    int64_t m = 128, n = 4096, k = 1024;
+    std::vector<float> x(m * k, 0.01f), y(m * n);
+    std::vector<uint16_t> w(n * k, f32_to_bf16(0.02f));
+    kernels::cpu::GemmArgs a{.x = x.data(), .lda = k, .w = w.data(), .ldw = k, .w_dtype = DType::kBF16, .y = y.data(),
+                             .ldy = n, .m = m, .n = n, .k = k};
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+        auto t0 = Clock::now();
+        kernels::cpu::gemm(pool, detect_isa(), a);
+        best = std::min(best, seconds_since(t0));
+    }
+    return 2.0 * m * n * k / best;
+}
+
 struct WeightBytes {
     double dense = 0;         // read once per step whatever the batch
     double per_expert = 0;    // one routed expert of one layer
     double embed_row = 0;
     double head = 0;
+    double dense_params = 0, expert_params = 0, head_params = 0;  // matmul parameters (for FLOPs)
 };
 
 WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c) {
     WeightBytes w;
     std::regex expert(R"(\.experts\.\d+\.)");
     double experts_total = 0;
+    double expert_params = 0;
     for (const auto& name : ckpt.names()) {
-        double b = static_cast<double>(ckpt.entry(name).nbytes);
-        if (name.find("embed") != std::string::npos) w.embed_row = b / c.vocab_size;
-        else if (name == "head.weight" || name == "lm_head.weight") w.head = b;
-        else if (std::regex_search(name, expert)) experts_total += b;
-        else if (name.find("tid2eid") == std::string::npos) w.dense += b;
+        const SafetensorsEntry& e = ckpt.entry(name);
+        double b = static_cast<double>(e.nbytes), params = b / std::max<size_t>(1, dtype_size(e.dtype));
+        bool matrix = e.shape.size() >= 2;
+        if (name.find("embed") != std::string::npos) {
+            w.embed_row = b / c.vocab_size;
+        } else if (name == "head.weight" || name == "lm_head.weight") {
+            w.head = b;
+            w.head_params = params;
+        } else if (std::regex_search(name, expert)) {
+            experts_total += b;
+            expert_params += params;
+        } else if (name.find("tid2eid") == std::string::npos) {
+            w.dense += b;
+            if (matrix) w.dense_params += params;
+        }
     }
     w.per_expert = experts_total / (c.num_hidden_layers * c.n_routed_experts);
+    w.expert_params = expert_params / (c.num_hidden_layers * c.n_routed_experts);
     return w;
 }
 
@@ -116,11 +146,13 @@ int main(int argc, char** argv) {
     model::DeepseekV4Model m(cfg, ckpt, *backend);
     ThreadPool pool(threads);
     double bw = read_bandwidth(pool, size_t{1} << 30);
+    double gemm_rate = gemm_flops(pool);
     WeightBytes wb = weight_bytes(ckpt, cfg);
     std::mt19937 rng(7);
-    std::printf("model %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; read bandwidth %.1f GB/s\n",
+    std::printf("model %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; read bandwidth %.1f GB/s, "
+                "GEMM %.0f GFLOP/s\n",
                 dir.c_str(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
-                cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9);
+                cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9, gemm_rate / 1e9);
 
     int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);
     int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -158,9 +190,14 @@ int main(int argc, char** argv) {
         double experts_touched = e * (1.0 - std::pow(1.0 - k / e, b));  // expected distinct experts, uniform routing
         double kv = b * cfg.num_hidden_layers * (cfg.sliding_window + (context + 0.0) / 4) * cfg.head_dim * 4.0;
         double bytes = wb.dense + wb.head + b * wb.embed_row + cfg.num_hidden_layers * experts_touched * wb.per_expert + kv;
-        double floor = bytes / bw;
-        std::printf("| decode | batch %d | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read) | %.2fx floor |\n", b,
-                    b / t, t * 1e3, floor * 1e3, bytes / 1e9, t / floor);
+        double attention = 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim *
+                           (cfg.sliding_window + context / 4.0);  // q·k and p·v per token
+        double flops = b * (2.0 * (wb.dense_params + k * wb.expert_params + wb.head_params) + attention);
+        double floor = std::max(bytes / bw, flops / gemm_rate);
+        std::printf("| decode | batch %d | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; %.1f GFLOP: "
+                    "%.2f ms) | %.2fx floor |\n",
+                    b, b / t, t * 1e3, floor * 1e3, bytes / 1e9, bytes / bw * 1e3, flops / 1e9, flops / gemm_rate * 1e3,
+                    t / floor);
     }
     return 0;
 }
