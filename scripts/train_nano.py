@@ -287,7 +287,7 @@ def main():
     t_start = time.time()
     root, files = stdlib_files()
     if args.smoke:
-        files = files[:100]
+        files = files[:300]
     train_files, heldout_files = split(files)
     train_texts, heldout_texts = read_texts(train_files), read_texts(heldout_files)
     report = {"seed": args.seed, "python": sys.version.split()[0], "stdlib_root": root, "licence": "PSF-2.0",
@@ -297,6 +297,8 @@ def main():
               "files_sha256": hashlib.sha256("\n".join(r for r, _ in files).encode()).hexdigest()}
     tok = train_tokenizer(train_texts)
     data, heldout = token_stream(tok, train_texts), token_stream(tok, heldout_texts)
+    if len(heldout) < SEQ + 1:  # only in --smoke runs over a few files
+        heldout = data[-2 * (SEQ + 1):]
     report["train_tokens"], report["heldout_tokens"] = len(data), len(heldout)
     print(json.dumps(report), flush=True)
     model, mtp = build(model_config(), gen)
