@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Trains deepinfer-nano: a small DeepSeek-V4 (HF transformers `deepseek_v4`) on the Python standard
-library, with a byte-level BPE tokenizer trained on the same files and a one-block MTP draft head.
+"""Trains deepinfer-nano: a small DeepSeek-V4 (HF transformers `deepseek_v4`) on Python sources (the
+standard library and permissively licensed packages found on the machine, licences checked from
+package metadata), with a byte-level BPE tokenizer trained on the same files and a one-block MTP
+draft head.
 
 Runs on the GPU machine in well under 8 minutes. Everything random comes from --seed. The number of
 optimizer steps is fixed by --steps; with --time-budget instead, the step count is derived from the
@@ -53,19 +55,64 @@ def model_config():
 
 
 # ---------------------------------------------------------------------------------------------
-# Data: the Python standard library of this machine (PSF License 2.0)
+# Data: Python sources of this machine under licences that allow redistributing a model trained on
+# them: the standard library (PSF-2.0) and packages whose metadata declares MIT / BSD / Apache-2.0.
 # ---------------------------------------------------------------------------------------------
 
-def stdlib_files():
-    root = sysconfig.get_paths()["stdlib"]
-    files = []
+PACKAGES = ["numpy", "scipy", "pandas", "sympy", "networkx", "transformers", "requests", "urllib3", "click", "jinja2",
+            "markupsafe", "attrs", "yaml", "idna", "packaging", "six"]
+DISTRIBUTIONS = {"yaml": "PyYAML", "attrs": "attrs", "jinja2": "Jinja2", "markupsafe": "MarkupSafe"}
+PERMISSIVE = ("MIT", "BSD", "Apache", "PSF")
+PACKAGE_BYTES_CAP = 4_000_000
+
+
+def python_files(root, cap=None, skip=("site-packages", "__pycache__", "dist-packages")):
+    files, total = [], 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "__pycache__", "dist-packages"))
+        dirnames[:] = sorted(d for d in dirnames if d not in skip)
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            if name.endswith(".py") and os.path.getsize(path) < 400_000:
-                files.append((os.path.relpath(path, root), path))
-    return root, files
+            if not name.endswith(".py") or os.path.getsize(path) >= 400_000:
+                continue
+            if cap is not None and total + os.path.getsize(path) > cap:
+                return files
+            total += os.path.getsize(path)
+            files.append(path)
+    return files
+
+
+def package_licence(pkg):
+    """The licence a package declares in its metadata, or None when it is not a permissive one."""
+    from importlib import metadata
+    try:
+        md = metadata.metadata(DISTRIBUTIONS.get(pkg, pkg))
+    except metadata.PackageNotFoundError:
+        return None
+    declared = [md.get("License-Expression") or "", md.get("License") or ""]
+    declared += [c for c in md.get_all("Classifier") or [] if c.startswith("License ::")]
+    text = " | ".join(d.splitlines()[0] for d in declared if d)
+    return text if any(k in text for k in PERMISSIVE) else None
+
+
+def corpus_files(smoke):
+    root = sysconfig.get_paths()["stdlib"]
+    sources = [{"name": "python-stdlib", "version": sys.version.split()[0], "licence": "PSF-2.0",
+                "files": python_files(root)}]
+    for pkg in ([] if smoke else PACKAGES):
+        try:
+            mod = __import__(pkg)
+        except Exception:
+            continue
+        lic = package_licence(pkg)
+        if lic is None or not getattr(mod, "__file__", None):
+            continue
+        from importlib import metadata
+        sources.append({"name": pkg, "version": metadata.version(DISTRIBUTIONS.get(pkg, pkg)), "licence": lic,
+                        "files": python_files(os.path.dirname(mod.__file__), cap=PACKAGE_BYTES_CAP)})
+    files = [(f"{s['name']}/{os.path.basename(p)}:{i}", p) for s in sources for i, p in enumerate(s["files"])]
+    manifest = [{k: v for k, v in s.items() if k != "files"} | {"num_files": len(s["files"]),
+                 "bytes": sum(os.path.getsize(p) for p in s["files"])} for s in sources]
+    return manifest, files
 
 
 def split(files):
@@ -147,7 +194,11 @@ def build(config, gen):
             rows = [torch.randperm(config.n_routed_experts, generator=gen)[: config.num_experts_per_tok]
                     for _ in range(config.vocab_size)]
             layer.mlp.gate.tid2eid.copy_(torch.stack(rows))
-    return model, MtpHead(config)
+    mtp = MtpHead(config)
+    # HF modules allocate with torch.empty and initialise in post_init; the head is outside the model.
+    with torch.no_grad():
+        mtp.apply(model._init_weights)
+    return model, mtp
 
 
 class StreamCapture:
@@ -194,7 +245,10 @@ def train(model, mtp, capture, data, args, gen, report):
         batch = torch.stack([data[s:s + SEQ + 1] for s in starts.tolist()]).cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             main, mtp_loss, _, _ = losses(model, mtp, capture, batch)
-        (main + 0.3 * mtp_loss).backward()
+        total = main + 0.3 * mtp_loss
+        if (step < 10 or step % 100 == 0) and not torch.isfinite(total):
+            raise RuntimeError(f"loss is not finite at step {step}: main {main.item()} mtp {mtp_loss.item()}")
+        total.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -270,6 +324,8 @@ def sample(ref, tok, report, prompt="def fibonacci(n):", new_tokens=48):
     report["sample_prompt"] = prompt
     report["sample_greedy_ids"] = ids
     report["sample_greedy_text"] = tok.decode(ids[1:])
+    if not math.isfinite(report.get("heldout_loss", 0.0)):
+        raise RuntimeError("held-out loss is not finite")
 
 
 def main():
@@ -285,12 +341,12 @@ def main():
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     t_start = time.time()
-    root, files = stdlib_files()
+    manifest, files = corpus_files(args.smoke)
     if args.smoke:
         files = files[:300]
     train_files, heldout_files = split(files)
     train_texts, heldout_texts = read_texts(train_files), read_texts(heldout_files)
-    report = {"seed": args.seed, "python": sys.version.split()[0], "stdlib_root": root, "licence": "PSF-2.0",
+    report = {"seed": args.seed, "sources": manifest,
               "train_files": len(train_files), "heldout_files": len(heldout_files),
               "train_bytes": sum(len(t.encode()) for t in train_texts),
               "heldout_bytes": sum(len(t.encode()) for t in heldout_texts),

@@ -114,6 +114,35 @@ TEST_F(EngineTest, BatchedGreedyEqualsAloneAndFullRecompute) {
     EXPECT_GT(e->stats().steps, 20);
 }
 
+// HF greedy continuations (each step a full forward without cache, scripts/gen_v4_greedy_reference.py)
+// of six prompts, all generated in one batch by the engine.
+TEST(EngineHfGreedy, BatchedGenerationEqualsHfFullForwardRecompute) {
+    for (auto [fixture, vocab] : {std::pair{"v4_tiny_a", 1024}, std::pair{"v4_tiny_b", 768}}) {
+        EngineConfig c;
+        c.model.path = test::make_model_dir(fixture, vocab);
+        c.model.threads = 2;
+        c.cache.memory_bytes = 16 << 20;
+        c.scheduler.max_batch_tokens = 24;
+        auto e = Engine::create(c);
+        SafetensorsFile ref(test::data_path(std::string("v4/") + fixture + "/greedy_reference.safetensors"));
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        std::vector<std::vector<int32_t>> expected;
+        for (int i = 0; ref.contains("prompt_" + std::to_string(i)); ++i) {
+            GenerationRequest r;
+            Tensor p = ref.tensor("prompt_" + std::to_string(i)), g = ref.tensor("greedy_" + std::to_string(i));
+            for (int64_t j = 0; j < p.numel(); ++j) r.prompt_tokens.push_back(static_cast<int32_t>(p.data<int64_t>()[j]));
+            expected.emplace_back();
+            for (int64_t j = 0; j < g.numel(); ++j) expected.back().push_back(static_cast<int32_t>(g.data<int64_t>()[j]));
+            r.sampling.temperature = 0;
+            r.sampling.ignore_eos = true;
+            r.sampling.max_tokens = static_cast<int>(g.numel());
+            streams.push_back(e->submit(std::move(r)));
+        }
+        ASSERT_EQ(streams.size(), 6u);
+        for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], expected[i]) << fixture << " prompt " << i;
+    }
+}
+
 TEST_F(EngineTest, PreemptionUnderASmallCacheKeepsResults) {
     std::vector<std::vector<int32_t>> alone;
     {
