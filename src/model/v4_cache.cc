@@ -81,17 +81,17 @@ V4Cache::V4Cache(const DeepseekV4Config& cfg, kernels::Backend& backend, const C
     int64_t n = sizing.max_seqs, d = cfg.head_dim, di = cfg.index_head_dim, bs = sizing.block_size;
     for (int l = 0; l < cfg.num_hidden_layers; ++l) {
         LayerState st;
-        st.ring = backend.zeros(DType::kF32, {n, ring_slots_, d});
+        st.ring = backend.empty(DType::kF32, {n, ring_slots_, d});  // read only where written
         AttentionType t = cfg.layer_types[l];
         if (t == AttentionType::kCsa) {
             int r = cfg.compress_rate_csa;
-            st.carry = backend.zeros(DType::kF32, {n, 2 * r, 4 * d});
-            st.index_carry = backend.zeros(DType::kF32, {n, 2 * r, 4 * di});
-            st.entries = backend.zeros(DType::kF32, {sizing.blocks_csa, bs, d});
-            st.index_entries = backend.zeros(DType::kF32, {sizing.blocks_csa, bs, di});
+            st.carry = backend.empty(DType::kF32, {n, 2 * r, 4 * d});
+            st.index_carry = backend.empty(DType::kF32, {n, 2 * r, 4 * di});
+            st.entries = backend.empty(DType::kF32, {sizing.blocks_csa, bs, d});
+            st.index_entries = backend.empty(DType::kF32, {sizing.blocks_csa, bs, di});
         } else if (t == AttentionType::kHca) {
-            st.carry = backend.zeros(DType::kF32, {n, cfg.compress_rate_hca, 2 * d});
-            st.entries = backend.zeros(DType::kF32, {sizing.blocks_hca, bs, d});
+            st.carry = backend.empty(DType::kF32, {n, cfg.compress_rate_hca, 2 * d});
+            st.entries = backend.empty(DType::kF32, {sizing.blocks_hca, bs, d});
         }
         layers_.push_back(std::move(st));
     }
