@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepinfer/config.h"
@@ -34,6 +35,7 @@ struct EngineStats {
     int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
     double cache_usage = 0;  // fraction of cache blocks / sequence slots in use
     int64_t cache_bytes = 0;
+    std::vector<std::pair<std::string, int64_t>> cache_bytes_by_kind;  // rings, carries, entries per group
 };
 
 class Engine {

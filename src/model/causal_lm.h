@@ -46,6 +46,8 @@ public:
     // Fraction of the scarcest resource (slots or blocks of any group) in use.
     virtual double usage() const = 0;
     virtual int64_t bytes() const = 0;
+    // bytes() split by kind of state (e.g. sliding-window rings, compressed entries per group).
+    virtual std::vector<std::pair<std::string, int64_t>> bytes_by_kind() const = 0;
     // Tokens one sequence could hold with the whole pool to itself.
     virtual int64_t token_capacity() const = 0;
 };

@@ -178,6 +178,18 @@ void V4Cache::truncate(int state, int64_t num_tokens) {
     }
 }
 
+std::vector<std::pair<std::string, int64_t>> V4Cache::bytes_by_kind() const {
+    int64_t rings = 0, carries = 0;
+    for (const auto& l : layers_) {
+        rings += static_cast<int64_t>(l.ring.nbytes());
+        carries += static_cast<int64_t>(l.carry.nbytes() + l.index_carry.nbytes());
+    }
+    return {{"swa_rings", rings},
+            {"compressor_carries", carries},
+            {"csa_entries", bytes_per_block(Group::kCsa) * sizing_.blocks_csa},
+            {"hca_entries", bytes_per_block(Group::kHca) * sizing_.blocks_hca}};
+}
+
 int64_t V4Cache::bytes_per_block(Group g) const {
     int64_t per_entry = 0;
     for (auto t : cfg_.layer_types) {

@@ -57,6 +57,7 @@ public:
     int max_seqs() const override { return sizing_.max_seqs; }
     double usage() const override;
     int64_t bytes() const override { return bytes_; }
+    std::vector<std::pair<std::string, int64_t>> bytes_by_kind() const override;
     int64_t token_capacity() const override;
     const CacheSizing& sizing() const { return sizing_; }
     // Bytes of entry pools per block of each group, over all layers (for memory accounting).

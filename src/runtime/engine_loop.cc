@@ -150,6 +150,7 @@ void EngineImpl::publish_stats() {
     stats_.preemptions = scheduler_->num_preemptions();
     stats_.cache_usage = cache_->usage();
     stats_.cache_bytes = cache_->bytes();
+    if (stats_.cache_bytes_by_kind.empty()) stats_.cache_bytes_by_kind = cache_->bytes_by_kind();
 }
 
 void EngineImpl::fail_everything(const std::string& message) {

@@ -59,7 +59,9 @@ std::string Metrics::render(const EngineStats& st, const std::string& model) con
     gauge("deepinfer_queue_length", "Sequences waiting to be scheduled.", static_cast<double>(st.requests_waiting));
     gauge("deepinfer_running_batch", "Sequences in the running batch.", static_cast<double>(st.requests_running));
     gauge("deepinfer_cache_usage_ratio", "Fraction of the cache in use.", st.cache_usage);
-    gauge("deepinfer_cache_bytes", "Bytes of cache memory.", static_cast<double>(st.cache_bytes));
+    out += "# HELP deepinfer_cache_bytes Bytes of cache memory by kind of state.\n# TYPE deepinfer_cache_bytes gauge\n";
+    for (const auto& [kind, bytes] : st.cache_bytes_by_kind)
+        out += fmt::format("deepinfer_cache_bytes{{model=\"{}\",kind=\"{}\"}} {}\n", model, kind, bytes);
     counter("deepinfer_preemptions_total", "Sequences preempted (recomputed later).", static_cast<double>(st.preemptions));
     counter("deepinfer_engine_steps_total", "Forward steps run.", static_cast<double>(st.steps));
     ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");

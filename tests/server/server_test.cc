@@ -208,6 +208,7 @@ TEST_F(ServerTest, ManyConcurrentStreams) {
     EXPECT_NE(metrics.find("deepinfer_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), std::string::npos);
     EXPECT_NE(metrics.find("deepinfer_time_to_first_token_seconds_count"), std::string::npos);
     EXPECT_NE(metrics.find("deepinfer_cache_usage_ratio"), std::string::npos);
+    EXPECT_NE(metrics.find("deepinfer_cache_bytes{model=\"tiny\",kind=\"csa_entries\"}"), std::string::npos);
 }
 
 // `deepinfer serve` as a process: SIGTERM lets an in-flight stream finish, then exits 0.
