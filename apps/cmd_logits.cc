@@ -20,6 +20,7 @@ void add_logits_command(CLI::App& app, LogitsOptions& o) {
         ->check(CLI::NonNegativeNumber)
         ->excludes(chunk);
     cmd->add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
 }
 
 namespace {
@@ -45,7 +46,7 @@ std::vector<int32_t> read_input_ids(const std::string& path) {
 
 int run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = read_input_ids(o.input_path);
-    auto backend = kernels::make_cpu_backend(o.threads);
+    auto backend = kernels::make_backend(o.device, o.threads);
     model::DeepseekV4Model model(o.model_dir, *backend);
     runtime::LogitsSchedule schedule{o.chunk, o.decode_from};
     Tensor logits = runtime::sequence_logits(model, ids, schedule);

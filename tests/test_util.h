@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -10,7 +11,17 @@
 
 namespace deepinfer::test {
 
-inline std::string data_path(const std::string& rel) { return std::string(DEEPINFER_TEST_DATA) + "/" + rel; }
+// The environment may point at a copy of tests/data (binaries run from another tree, e.g. on a GPU machine).
+inline std::string data_path(const std::string& rel) {
+    const char* moved = std::getenv("DEEPINFER_TEST_DATA");
+    return std::string(moved && *moved ? moved : DEEPINFER_TEST_DATA) + "/" + rel;
+}
+
+// The device the engine tests run on: DEEPINFER_TEST_DEVICE (e.g. "cuda"), else the CPU.
+inline std::string device() {
+    const char* d = std::getenv("DEEPINFER_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
 
 inline Tensor random_f32(std::vector<int64_t> shape, std::mt19937& rng, float scale = 1.0f) {
     Tensor t = Tensor::empty(DType::kF32, std::move(shape));

@@ -11,6 +11,7 @@ struct ModelConfig {
     std::string tokenizer_path;  // defaults to `path`
     std::string name;            // served model name; defaults to the directory name
     int threads = 0;             // CPU threads; 0 = all
+    std::string device = "cpu";  // "cpu", "cuda" or "cuda:N"
 };
 
 struct CacheConfig {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -57,7 +58,7 @@ struct AttentionArgs {
     enum class Compressed { kNone, kAllVisible, kSelected } compressed = Compressed::kNone;
     const EntryStore* entries = nullptr;  // compressed entries (kAllVisible / kSelected)
     int rate = 1;                         // kAllVisible: a token at p sees entries [0, (p + 1) / rate)
-    Tensor selected;                      // kSelected: [N, k] int32 entry ids, -1 = none
+    Tensor selected;                      // kSelected: [N, k] int32 entry ids; -1 = none, only after the valid ones
     Tensor sinks;                         // [H]
     float scale = 1.0f;
     Tensor out;  // [N, H, d]
@@ -153,7 +154,9 @@ public:
                              std::span<const ExpertWeights> experts, float limit, Tensor& out) = 0;
 };
 
-// The CPU backend; num_threads 0 = all hardware threads. `isa` overrides detection when set.
+// The CPU backend; num_threads 0 = all hardware threads.
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+// "cpu", "cuda" or "cuda:N"; throws deepinfer::Error for an unknown or unavailable device.
+std::unique_ptr<Backend> make_backend(const std::string& device, int num_threads = 0);
 
 }  // namespace deepinfer::kernels

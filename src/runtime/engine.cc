@@ -77,7 +77,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     DI_CHECK(!mc.path.empty(), "no model directory given");
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
-    backend_ = kernels::make_cpu_backend(mc.threads);
+    backend_ = kernels::make_backend(mc.device, mc.threads);
     model_ = model::load_causal_lm(mc.path, *backend_);
     tokenizer_ = tokenizer::Tokenizer::from_dir(mc.tokenizer_path.empty() ? mc.path : mc.tokenizer_path);
     const CacheConfig& cc = config.cache;

@@ -57,6 +57,7 @@ protected:
         EngineConfig c;
         c.model.path = *dir_;
         c.model.threads = 2;
+        c.model.device = test::device();
         c.cache.memory_bytes = memory;
         c.cache.max_sequences = seqs;
         c.cache.block_size = 4;
@@ -121,6 +122,7 @@ TEST(EngineHfGreedy, BatchedGenerationEqualsHfFullForwardRecompute) {
         EngineConfig c;
         c.model.path = test::make_model_dir(fixture, vocab);
         c.model.threads = 2;
+        c.model.device = test::device();
         c.cache.memory_bytes = 16 << 20;
         c.scheduler.max_batch_tokens = 24;
         auto e = Engine::create(c);
@@ -238,6 +240,7 @@ TEST_F(EngineTest, ManyConcurrentRequestsWithCancellations) {
     EngineConfig c;
     c.model.path = *dir_;
     c.model.threads = 2;
+    c.model.device = test::device();
     c.cache.memory_bytes = 1 << 20;
     c.cache.max_sequences = 12;
     c.cache.block_size = 1;  // block tables grow every few tokens while steps are in flight

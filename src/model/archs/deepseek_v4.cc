@@ -92,7 +92,11 @@ Tensor DeepseekV4Model::forward(const Batch& batch, V4Cache& cache) {
     StepTensors st{step};
     st.n = n;
     Tensor ids = Tensor::empty(DType::kI32, {n}), pos = Tensor::empty(DType::kI64, {n});
-    std::copy(step.token_ids.begin(), step.token_ids.end(), ids.data<int32_t>());
+    for (int64_t i = 0; i < n; ++i) {  // checked here: device embedding kernels cannot throw
+        int32_t t = step.token_ids[i];
+        DI_CHECK(t >= 0 && t < cfg_.vocab_size, "forward: token id {} is out of range (vocab {})", t, cfg_.vocab_size);
+        ids.data<int32_t>()[i] = t;
+    }
     for (const auto& s : step.seqs) {
         DI_CHECK(s.token_begin + s.num_tokens <= n, "forward: sequence slice past the batch");
         for (int t = 0; t < s.num_tokens; ++t) pos.data<int64_t>()[s.token_begin + t] = s.start_pos + t;

@@ -1,8 +1,9 @@
-// CPU forward-pass throughput of a DeepSeek-V4 checkpoint next to the machine's memory-bandwidth
-// floor, measured in the same run:
+// Forward-pass throughput of a DeepSeek-V4 checkpoint on the CPU or a GPU (--device) next to the
+// device's memory-bandwidth and GEMM floors, measured in the same run:
 //   prefill: tokens/s for single prompts of the given lengths (logits of the last token);
 //   decode:  tokens/s at each batch size (every sequence prefilled first), and the floor =
 //            bytes the step must read (weights it touches + KV) / measured read bandwidth.
+// Every step ends with the logits on the host, as in the engine, so device timings are synchronous.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -64,6 +65,42 @@ double gemm_flops(ThreadPool& pool) {
     return 2.0 * m * n * k / best;
 }
 
+// A GPU's copy bandwidth (bytes/s) through the backend's own `add` (reads 2, writes 1 buffer).
+double device_bandwidth(kernels::Backend& b) {
+    int64_t n = int64_t{1} << 27;  // 512 MiB per fp32 buffer
+    Tensor x = b.zeros(DType::kF32, {n}), y = b.zeros(DType::kF32, {n});
+    float probe = 0;
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        auto t0 = Clock::now();
+        b.add(x, y);
+        b.download(y.rows(0, 1), &probe);
+        best = std::min(best, seconds_since(t0));
+    }
+    return 3.0 * n * 4 / best;
+}
+
+// The backend's matmul rate (FLOP/s) on a 4096³ product with bf16 weights.
+double device_gemm_flops(kernels::Backend& b) {
+    int64_t m = 4096;
+    std::mt19937 rng(1);
+    Tensor hx = Tensor::empty(DType::kF32, {m, m}), hw = Tensor::empty(DType::kBF16, {m, m});
+    for (int64_t i = 0; i < m * m; ++i) {
+        hx.data<float>()[i] = static_cast<float>(rng() % 1000) / 1000.0f;
+        hw.data<uint16_t>()[i] = static_cast<uint16_t>(0x3c00 + rng() % 128);  // bf16 in [2^-7, 2^-6)
+    }
+    Tensor x = b.upload(hx), w = b.upload(hw), y = b.empty(DType::kF32, {m, m});
+    float probe = 0;
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        auto t0 = Clock::now();
+        b.matmul(x, w, y);
+        b.download(y.reshape({m * m}).rows(0, 1), &probe);
+        best = std::min(best, seconds_since(t0));
+    }
+    return 2.0 * m * m * m / best;
+}
+
 struct WeightBytes {
     double dense = 0;         // read once per step whatever the batch
     double per_expert = 0;    // one routed expert of one layer
@@ -116,7 +153,10 @@ Tensor step(Session& s, const std::vector<std::vector<int32_t>>& tokens) {
         if (!s.cache.reserve(s.states[i], s.lengths[i])) throw std::runtime_error("cache full");
         st.logit_rows.push_back(static_cast<int32_t>(st.token_ids.size()) - 1);
     }
-    return s.m.forward(st, s.cache);
+    Tensor logits = s.m.forward(st, s.cache);
+    std::vector<float> host(static_cast<size_t>(logits.numel()));
+    s.m.backend().download(logits, host.data());
+    return logits;
 }
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
@@ -128,30 +168,32 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) 
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"CPU forward benchmark for DeepSeek-V4 checkpoints"};
-    std::string dir;
+    CLI::App app{"Forward benchmark for DeepSeek-V4 checkpoints"};
+    std::string dir, device = "cpu";
     int threads = 0, decode_steps = 16, context = 128;
     std::vector<int> prompts = {128, 512}, batches = {1, 4};
     app.add_option("--model", dir)->required();
     app.add_option("--threads", threads);
+    app.add_option("--device", device, "cpu, cuda or cuda:N");
     app.add_option("--prompt", prompts, "prefill lengths")->delimiter(',');
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
     app.add_option("--context", context, "tokens prefilled before decode");
     CLI11_PARSE(app, argc, argv);
 
-    auto backend = kernels::make_cpu_backend(threads);
+    auto backend = kernels::make_backend(device, threads);
     model::Checkpoint ckpt(dir);
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
     model::DeepseekV4Model m(cfg, ckpt, *backend);
     ThreadPool pool(threads);
-    double bw = read_bandwidth(pool, size_t{1} << 30);
-    double gemm_rate = gemm_flops(pool);
+    bool host = backend->device() == Device::kCpu;
+    double bw = host ? read_bandwidth(pool, size_t{1} << 30) : device_bandwidth(*backend);
+    double gemm_rate = host ? gemm_flops(pool) : device_gemm_flops(*backend);
     WeightBytes wb = weight_bytes(ckpt, cfg);
     std::mt19937 rng(7);
-    std::printf("model %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; read bandwidth %.1f GB/s, "
+    std::printf("model %s on %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; read bandwidth %.1f GB/s, "
                 "GEMM %.0f GFLOP/s\n",
-                dir.c_str(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
+                dir.c_str(), backend->name(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
                 cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9, gemm_rate / 1e9);
 
     int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);

@@ -1,0 +1,148 @@
+// Attention with sinks over the sliding window (ring + this step's new tokens) and compressed
+// entries (all visible, or the indexer's picks). One block per (token, head); each warp walks a
+// share of the keys with an online softmax, then the warps' partial results are merged.
+#include "kernels/cuda/cuda_backend_impl.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxPerLane = 16;  // head_dim <= 512
+
+struct AttnParams {
+    const float* q;     // [N, H, d]
+    const float* kv;    // [N, d]
+    const float* ring;  // [states, slots, d]
+    const float* pool;  // [blocks, block, d] (compressed entries) or null
+    const int* selected;  // [N, k] or null
+    const DeviceSeq* seqs;
+    const int* tables;
+    const float* sinks;
+    float* out;
+    int num_seqs, heads, d, slots, window, mode, rate, top_k, block;
+    float scale;
+};
+
+__device__ int seq_of(const DeviceSeq* seqs, int num_seqs, int row) {
+    for (int s = 0; s < num_seqs; ++s)
+        if (row >= seqs[s].token_begin && row < seqs[s].token_begin + seqs[s].num_tokens) return s;
+    return -1;
+}
+
+__device__ const float* key_ptr(const AttnParams& p, const DeviceSeq& s, long long pos, int i, long long num_window) {
+    if (i < num_window) {
+        long long q = pos - num_window + 1 + i;
+        if (q >= s.start_pos) return p.kv + (s.token_begin + (q - s.start_pos)) * static_cast<long long>(p.d);
+        return p.ring + (static_cast<long long>(s.state_idx) * p.slots + q % p.slots) * p.d;
+    }
+    int e = i - static_cast<int>(num_window);
+    if (p.mode == 2) e = p.selected[(static_cast<long long>(s.token_begin) + pos - s.start_pos) * p.top_k + e];
+    const int* table = p.tables + s.table_offset;
+    return p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.d;
+}
+
+__global__ void attention_kernel(AttnParams p) {
+    int row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
+    int si = seq_of(p.seqs, p.num_seqs, row);
+    if (si < 0) return;
+    const DeviceSeq s = p.seqs[si];
+    long long pos = s.start_pos + (row - s.token_begin);
+    long long num_window = min(static_cast<long long>(p.window), pos + 1);
+    // Keys: the window, then compressed entries; for kSelected only the valid (>= 0) picks, which
+    // the indexer packs first.
+    int num_comp = 0;
+    if (p.mode == 1) num_comp = static_cast<int>((pos + 1) / p.rate);
+    if (p.mode == 2)
+        while (num_comp < p.top_k && p.selected[static_cast<long long>(row) * p.top_k + num_comp] >= 0) ++num_comp;
+    int total = static_cast<int>(num_window) + num_comp;
+
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, per_lane = (p.d + 31) / 32;
+    const float* q = p.q + (static_cast<long long>(row) * p.heads + h) * p.d;
+    float qr[kMaxPerLane], acc[kMaxPerLane];
+    for (int j = 0; j < per_lane; ++j) {
+        int c = lane + 32 * j;
+        qr[j] = c < p.d ? q[c] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int i = warp; i < total; i += kWarps) {
+        const float* k = key_ptr(p, s, pos, i, num_window);
+        float dot = 0;
+        for (int j = 0; j < per_lane; ++j) {
+            int c = lane + 32 * j;
+            if (c < p.d) dot += qr[j] * k[c];
+        }
+        float logit = warp_sum(dot) * p.scale;
+        float m_new = fmaxf(m, logit), corr = expf(m - m_new), w = expf(logit - m_new);
+        l = l * corr + w;
+        for (int j = 0; j < per_lane; ++j) {
+            int c = lane + 32 * j;
+            acc[j] = acc[j] * corr + (c < p.d ? w * k[c] : 0.0f);
+        }
+        m = m_new;
+    }
+    __shared__ float sm[kWarps], sl[kWarps];
+    __shared__ float sacc[kWarps][kMaxPerLane * 32];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+    for (int j = 0; j < per_lane; ++j) sacc[warp][lane + 32 * j] = acc[j];
+    __syncthreads();
+    float sink = p.sinks[h], M = sink;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w]);
+    float L = expf(sink - M);
+    for (int w = 0; w < kWarps; ++w) L += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - M);
+    float* out = p.out + (static_cast<long long>(row) * p.heads + h) * p.d;
+    for (int c = threadIdx.x; c < p.d; c += blockDim.x) {
+        float v = 0;
+        for (int w = 0; w < kWarps; ++w)
+            if (sm[w] != -INFINITY) v += sacc[w][c] * expf(sm[w] - M);
+        out[c] = v / L;
+    }
+}
+
+__global__ void ring_write_kernel(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d) {
+    int row = blockIdx.x;
+    int si = seq_of(seqs, num_seqs, row);
+    if (si < 0) return;
+    DeviceSeq s = seqs[si];
+    int t = row - s.token_begin;
+    if (t < s.num_tokens - slots) return;  // overwritten later in this step anyway
+    long long slot = (s.start_pos + t) % slots;
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        ring[(static_cast<long long>(s.state_idx) * slots + slot) * d + c] = kv[static_cast<long long>(row) * d + c];
+}
+
+int total_tokens(std::span<const SeqSlice> seqs) {
+    int n = 0;
+    for (const auto& s : seqs) n = std::max(n, s.token_begin + s.num_tokens);
+    return n;
+}
+
+}  // namespace
+
+void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
+    int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
+    DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda attention: head_dim " + std::to_string(d) + " is above 512");
+    DI_CUDA_REQUIRE(a.ring.dim(1) >= a.window - 1, "attention: ring shorter than the window");
+    int n = total_tokens(seqs);
+    if (n == 0) return;
+    bool comp = a.compressed != AttentionArgs::Compressed::kNone;
+    auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
+    AttnParams p{a.q.data<float>(), a.kv.data<float>(), a.ring.data<float>(), comp ? a.entries->pool.data<float>() : nullptr,
+                 a.compressed == AttentionArgs::Compressed::kSelected ? a.selected.data<int>() : nullptr, dseqs, tables,
+                 a.sinks.data<float>(), a.out.data<float>(), static_cast<int>(seqs.size()), heads, d,
+                 static_cast<int>(a.ring.dim(1)), a.window, static_cast<int>(a.compressed), a.rate,
+                 a.compressed == AttentionArgs::Compressed::kSelected ? static_cast<int>(a.selected.dim(1)) : 0,
+                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, a.scale};
+    attention_kernel<<<n * heads, 32 * kWarps, 0, stream()>>>(p);
+}
+
+void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
+    int n = total_tokens(seqs);
+    if (n == 0) return;
+    auto [dseqs, tables] = upload_seqs(seqs, nullptr);
+    (void)tables;
+    ring_write_kernel<<<n, 128, 0, stream()>>>(dseqs, static_cast<int>(seqs.size()), kv.data<float>(), ring.data<float>(),
+                                               static_cast<int>(ring.dim(1)), static_cast<int>(ring.dim(2)));
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,92 @@
+#pragma once
+// Shared CUDA helpers: error checks and small device functions.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+// nvcc cannot compile fmt's compile-time format checks, so CUDA sources report errors through
+// raise() (cuda_errors.cc, plain C++), which throws deepinfer::Error.
+namespace deepinfer::kernels::cuda {
+[[noreturn]] void raise(const std::string& message);
+}
+
+#define DI_CUDA_REQUIRE(cond, message)                                     \
+    do {                                                                   \
+        if (!(cond)) ::deepinfer::kernels::cuda::raise(message);           \
+    } while (0)
+
+#define DI_CUDA_CHECK(expr)                                                                                          \
+    do {                                                                                                             \
+        cudaError_t err__ = (expr);                                                                                  \
+        if (err__ != cudaSuccess)                                                                                    \
+            ::deepinfer::kernels::cuda::raise(std::string("CUDA error at ") + __FILE__ + ":" + std::to_string(__LINE__) + \
+                                              ": " + cudaGetErrorString(err__));                                     \
+    } while (0)
+
+#define DI_CUBLAS_CHECK(expr)                                                                                        \
+    do {                                                                                                             \
+        cublasStatus_t st__ = (expr);                                                                                \
+        if (st__ != CUBLAS_STATUS_SUCCESS)                                                                           \
+            ::deepinfer::kernels::cuda::raise(std::string("cuBLAS error ") + std::to_string(static_cast<int>(st__)) +  \
+                                              " at " + __FILE__ + ":" + std::to_string(__LINE__));                   \
+    } while (0)
+
+namespace deepinfer::kernels::cuda {
+
+inline int blocks_for(int64_t n, int threads) { return static_cast<int>((n + threads - 1) / threads); }
+
+__device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Reduction over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+struct WarpSum {
+    __device__ float operator()(float v) const { return warp_sum(v); }
+};
+struct WarpMax {
+    __device__ float operator()(float v) const { return warp_max(v); }
+};
+
+template <typename WarpOp>
+__device__ inline float block_reduce(float v, float identity, WarpOp op = {}) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = op(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    int warps = blockDim.x / 32;
+    v = lane < warps ? partial[lane] : identity;
+    return op(v);
+}
+
+__device__ inline float block_sum(float v) { return block_reduce<WarpSum>(v, 0.0f); }
+__device__ inline float block_max(float v) { return block_reduce<WarpMax>(v, -INFINITY); }
+
+__device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Interleaved rope on the trailing `rope_dim` values of `x` (length cols), by thread-strided pairs.
+__device__ inline void rope_pairs(float* x, int cols, long long pos, const float* inv_freq, int rope_dim, float scale,
+                                  bool inverse, int tid, int nthreads) {
+    float* r = x + cols - rope_dim;
+    for (int i = tid; i < rope_dim / 2; i += nthreads) {
+        float angle = static_cast<float>(pos) * inv_freq[i];
+        double sd, cd;
+        sincos(static_cast<double>(angle), &sd, &cd);
+        float c = static_cast<float>(cd) * scale, s = static_cast<float>(sd) * scale;
+        if (inverse) s = -s;
+        float a = r[2 * i], b = r[2 * i + 1];
+        r[2 * i] = a * c - b * s;
+        r[2 * i + 1] = b * c + a * s;
+    }
+}
+
+}  // namespace deepinfer::kernels::cuda

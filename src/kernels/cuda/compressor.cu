@@ -1,0 +1,216 @@
+// Compressors and the lightning indexer on the GPU.
+//  - compressor_update: the windows that close in this step are listed on the host; one block per
+//    window pools its tokens (from this step's rows, or the carry ring for earlier positions),
+//    normalises, ropes and stores the entry; then the step's last tokens go into the carry ring.
+//  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k); the top k
+//    are taken by repeated block-wide argmax (ties to the lower id), valid picks first.
+#include <vector>
+
+#include "kernels/cuda/cuda_backend_impl.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr int kMaxDim = 1024;
+
+struct CompParams {
+    const float* kv;     // [N, c*dim]
+    const float* gate;   // [N, c*dim]
+    const float* ape;    // [rate, c*dim]
+    const float* norm;   // [dim]
+    const float* inv_freq;
+    float* carry;        // [states, slots, 2*c*dim]
+    float* pool;         // [blocks, block, dim]
+    const DeviceSeq* seqs;
+    const int* tables;
+    const int* windows;  // pairs (seq, window)
+    int dim, rate, overlap, rope_dim, block;
+    float norm_eps, rope_scale;
+};
+
+// kv (which = 0) or gate (which = 1) value of position q, channel column col.
+__device__ float token_value(const CompParams& p, const DeviceSeq& s, long long q, int which, int col) {
+    int c = p.overlap ? 2 : 1, slots = c * p.rate;
+    if (q >= s.start_pos) {
+        long long row = s.token_begin + (q - s.start_pos);
+        return (which == 0 ? p.kv : p.gate)[row * c * p.dim + col];
+    }
+    const float* slot = p.carry + (static_cast<long long>(s.state_idx) * slots + q % slots) * 2 * c * p.dim;
+    return slot[which * c * p.dim + col];
+}
+
+__global__ void compress_windows_kernel(CompParams p) {
+    int si = p.windows[2 * blockIdx.x], w = p.windows[2 * blockIdx.x + 1];
+    const DeviceSeq s = p.seqs[si];
+    int c = p.overlap ? 2 : 1, off = p.overlap ? p.dim : 0;
+    __shared__ float entry[kMaxDim];
+    for (int ch = threadIdx.x; ch < p.dim; ch += blockDim.x) {
+        float mx = -INFINITY;
+        for (int pass = 0; pass < 2; ++pass) {  // pass 0: max, pass 1: weighted sum
+            float sum = 0, acc = 0;
+            if (p.overlap && w > 0)
+                for (int j = 0; j < p.rate; ++j) {
+                    long long q = static_cast<long long>(w - 1) * p.rate + j;
+                    float logit = token_value(p, s, q, 1, ch) + p.ape[j * c * p.dim + ch];
+                    if (pass == 0) mx = fmaxf(mx, logit);
+                    else sum += expf(logit - mx), acc += expf(logit - mx) * token_value(p, s, q, 0, ch);
+                }
+            for (int j = 0; j < p.rate; ++j) {
+                long long q = static_cast<long long>(w) * p.rate + j;
+                float logit = token_value(p, s, q, 1, off + ch) + p.ape[j * c * p.dim + off + ch];
+                if (pass == 0) mx = fmaxf(mx, logit);
+                else sum += expf(logit - mx), acc += expf(logit - mx) * token_value(p, s, q, 0, off + ch);
+            }
+            if (pass == 1) entry[ch] = acc / sum;
+        }
+    }
+    __syncthreads();
+    float ss = 0;
+    for (int ch = threadIdx.x; ch < p.dim; ch += blockDim.x) ss += entry[ch] * entry[ch];
+    ss = block_sum(ss);
+    float inv = rsqrtf(ss / p.dim + p.norm_eps);
+    for (int ch = threadIdx.x; ch < p.dim; ch += blockDim.x) entry[ch] = p.norm[ch] * (entry[ch] * inv);
+    __syncthreads();
+    rope_pairs(entry, p.dim, static_cast<long long>(w) * p.rate, p.inv_freq, p.rope_dim, p.rope_scale, false, threadIdx.x,
+               blockDim.x);
+    __syncthreads();
+    const int* table = p.tables + s.table_offset;
+    float* out = p.pool + (static_cast<long long>(table[w / p.block]) * p.block + w % p.block) * p.dim;
+    for (int ch = threadIdx.x; ch < p.dim; ch += blockDim.x) out[ch] = entry[ch];
+}
+
+__global__ void carry_write_kernel(CompParams p, int num_seqs) {
+    int row = blockIdx.x, si = -1;
+    for (int i = 0; i < num_seqs; ++i)
+        if (row >= p.seqs[i].token_begin && row < p.seqs[i].token_begin + p.seqs[i].num_tokens) si = i;
+    if (si < 0) return;
+    DeviceSeq s = p.seqs[si];
+    int c = p.overlap ? 2 : 1, slots = c * p.rate, t = row - s.token_begin;
+    if (t < s.num_tokens - slots) return;
+    float* slot = p.carry + (static_cast<long long>(s.state_idx) * slots + (s.start_pos + t) % slots) * 2 * c * p.dim;
+    for (int col = threadIdx.x; col < c * p.dim; col += blockDim.x) {
+        slot[col] = p.kv[static_cast<long long>(row) * c * p.dim + col];
+        slot[c * p.dim + col] = p.gate[static_cast<long long>(row) * c * p.dim + col];
+    }
+}
+
+struct IndexParams {
+    const float* q;        // [N, heads, dim]
+    const float* weights;  // [N, heads]
+    const float* pool;
+    const DeviceSeq* seqs;
+    const int* tables;
+    float* scores;         // [N, max_visible]
+    int* out;              // [N, top_k]
+    int num_seqs, heads, dim, rate, top_k, block, max_visible;
+    float scale;
+};
+
+__device__ void token_info(const IndexParams& p, int row, DeviceSeq& s, long long& visible) {
+    for (int i = 0; i < p.num_seqs; ++i)
+        if (row >= p.seqs[i].token_begin && row < p.seqs[i].token_begin + p.seqs[i].num_tokens) s = p.seqs[i];
+    visible = (s.start_pos + (row - s.token_begin) + 1) / p.rate;
+}
+
+__global__ void index_scores_kernel(IndexParams p) {
+    int row = blockIdx.x;
+    DeviceSeq s{};
+    long long visible = 0;
+    token_info(p, row, s, visible);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int* table = p.tables + s.table_offset;
+    for (long long e = warp; e < visible; e += warps) {
+        const float* k = p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.dim;
+        float score = 0;
+        for (int h = 0; h < p.heads; ++h) {
+            const float* q = p.q + (static_cast<long long>(row) * p.heads + h) * p.dim;
+            float dot = 0;
+            for (int c = lane; c < p.dim; c += 32) dot += q[c] * k[c];
+            dot = warp_sum(dot);
+            score += p.weights[static_cast<long long>(row) * p.heads + h] * p.scale * fmaxf(dot, 0.0f);
+        }
+        if (lane == 0) p.scores[static_cast<long long>(row) * p.max_visible + e] = score;
+    }
+}
+
+__global__ void index_topk_kernel(IndexParams p) {
+    int row = blockIdx.x;
+    DeviceSeq s{};
+    long long visible = 0;
+    token_info(p, row, s, visible);
+    float* sc = p.scores + static_cast<long long>(row) * p.max_visible;
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    for (int k = 0; k < p.top_k; ++k) {
+        float v = -INFINITY;
+        int idx = -1;
+        for (long long e = threadIdx.x; e < visible; e += blockDim.x)
+            if (sc[e] > v || (sc[e] == v && idx >= 0 && e < idx)) v = sc[e], idx = static_cast<int>(e);
+        for (int o = 16; o > 0; o >>= 1) {  // warp argmax, ties to the lower id
+            float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (oi >= 0 && (idx < 0 || ov > v || (ov == v && oi < idx))) v = ov, idx = oi;
+        }
+        if (threadIdx.x % 32 == 0) best_v[threadIdx.x / 32] = v, best_i[threadIdx.x / 32] = idx;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float bv = -INFINITY;
+            int bi = -1;
+            for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+                if (best_i[w] >= 0 && (bi < 0 || best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi))) bv = best_v[w], bi = best_i[w];
+            p.out[static_cast<long long>(row) * p.top_k + k] = bi;
+            if (bi >= 0) sc[bi] = -INFINITY;  // taken
+            else best_i[0] = -1;
+        }
+        __syncthreads();
+        if (visible <= k) {  // nothing left: pad
+            for (int j = k + 1 + threadIdx.x; j < p.top_k; j += blockDim.x) p.out[static_cast<long long>(row) * p.top_k + j] = -1;
+            return;
+        }
+    }
+}
+
+}  // namespace
+
+void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
+    DI_CUDA_REQUIRE(a.dim <= kMaxDim, "cuda compressor: dim " + std::to_string(a.dim) + " is above 1024");
+    std::vector<int> windows;
+    for (size_t i = 0; i < seqs.size(); ++i)
+        for (int t = 0; t < seqs[i].num_tokens; ++t)
+            if ((seqs[i].start_pos + t + 1) % a.rate == 0) {
+                windows.push_back(static_cast<int>(i));
+                windows.push_back(static_cast<int>((seqs[i].start_pos + t) / a.rate));
+            }
+    int n = 0;
+    for (const auto& s : seqs) n = std::max(n, s.token_begin + s.num_tokens);
+    if (n == 0) return;
+    auto [dseqs, tables] = upload_seqs(seqs, a.out);
+    Tensor dwin = empty(DType::kI32, {static_cast<int64_t>(std::max<size_t>(windows.size(), 2))});
+    if (!windows.empty())
+        DI_CUDA_CHECK(cudaMemcpyAsync(dwin.raw(), windows.data(), windows.size() * sizeof(int), cudaMemcpyHostToDevice, stream()));
+    CompParams p{a.kv.data<float>(), a.gate.data<float>(), a.ape.data<float>(), a.norm.data<float>(),
+                 a.rope.inv_freq.data<float>(), a.carry.data<float>(), a.out->pool.data<float>(), dseqs, tables,
+                 dwin.data<int>(), a.dim, a.rate, a.overlap ? 1 : 0, a.rope.rope_dim, static_cast<int>(a.out->pool.dim(1)),
+                 a.norm_eps, a.rope.scale};
+    if (!windows.empty()) compress_windows_kernel<<<windows.size() / 2, 128, 0, stream()>>>(p);
+    carry_write_kernel<<<n, 128, 0, stream()>>>(p, static_cast<int>(seqs.size()));
+}
+
+void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& a) {
+    int n = 0;
+    long long max_visible = 1;
+    for (const auto& s : seqs) {
+        n = std::max(n, s.token_begin + s.num_tokens);
+        max_visible = std::max<long long>(max_visible, (s.start_pos + s.num_tokens) / a.rate);
+    }
+    if (n == 0) return;
+    auto [dseqs, tables] = upload_seqs(seqs, a.keys);
+    Tensor scores = empty(DType::kF32, {n, max_visible});
+    IndexParams p{a.q.data<float>(), a.weights.data<float>(), a.keys->pool.data<float>(), dseqs, tables, scores.data<float>(),
+                  a.out.data<int>(), static_cast<int>(seqs.size()), static_cast<int>(a.q.dim(1)), static_cast<int>(a.q.dim(2)),
+                  a.rate, a.top_k, static_cast<int>(a.keys->pool.dim(1)), static_cast<int>(max_visible), a.scale};
+    index_scores_kernel<<<n, 256, 0, stream()>>>(p);
+    index_topk_kernel<<<n, 256, 0, stream()>>>(p);
+}
+
+}  // namespace deepinfer::kernels::cuda

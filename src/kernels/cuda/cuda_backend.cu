@@ -1,0 +1,235 @@
+// CUDA backend: memory, metadata upload, and the dense ops (GEMMs on cuBLAS with bf16 inputs and
+// fp32 accumulation; element-wise ops as small kernels).
+#include <cstring>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_impl.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+size_t size_class(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 256);
+    if (bytes >= (size_t{1} << 20)) return (bytes + (size_t{1} << 20) - 1) >> 20 << 20;
+    size_t c = 256;
+    while (c < bytes) c <<= 1;
+    return c;
+}
+
+__global__ void to_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y, int64_t m, int64_t k) {
+    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= m * k) return;
+    int64_t r = i / k, c = i % k;
+    y[i] = __float2bfloat16(x[r * lda + c]);
+}
+
+__global__ void embed_kernel(const int* ids, const void* table, bool bf16, int64_t d, int hc, float* out) {
+    int64_t row = blockIdx.x;
+    int64_t id = ids[row];
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+        float v = bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(table)[id * d + c]) : static_cast<const float*>(table)[id * d + c];
+        for (int s = 0; s < hc; ++s) out[(row * hc + s) * d + c] = v;
+    }
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int64_t cols, float* y) {
+    const float* in = x + blockIdx.x * cols;
+    float* out = y + blockIdx.x * cols;
+    float ss = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += in[c] * in[c];
+    ss = block_sum(ss);
+    float inv = rsqrtf(ss / cols + eps);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = w ? w[c] * (in[c] * inv) : in[c] * inv;
+}
+
+__global__ void rope_kernel(float* x, int64_t cols, const long long* pos, int group, const float* inv_freq, int rope_dim,
+                            float scale, bool inverse) {
+    int64_t row = blockIdx.x;
+    rope_pairs(x + row * cols, static_cast<int>(cols), pos[row / group], inv_freq, rope_dim, scale, inverse, threadIdx.x,
+               blockDim.x);
+}
+
+__global__ void gather_rows_kernel(const float* x, const int* rows, int64_t cols, float* out) {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = x[rows[blockIdx.x] * cols + c];
+}
+
+__global__ void add_kernel(const float* x, float* y, int64_t n) {
+    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, float limit, float* out, int64_t n) {
+    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    float gv = fminf(g[i], limit), uv = fminf(fmaxf(u[i], -limit), limit);
+    out[i] = gv / (1.0f + expf(-gv)) * uv;
+}
+
+}  // namespace
+
+DeviceAllocator::~DeviceAllocator() {
+    for (auto& [cls, blocks] : free_)
+        for (void* p : blocks) cudaFree(p);
+}
+
+std::shared_ptr<void> DeviceAllocator::allocate(size_t bytes) {
+    size_t cls = size_class(bytes);
+    void* p = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto& list = free_[cls];
+        if (!list.empty()) {
+            p = list.back();
+            list.pop_back();
+        }
+    }
+    if (p == nullptr) {
+        if (cudaMalloc(&p, cls) != cudaSuccess) {
+            cudaGetLastError();
+            raise("out of GPU memory allocating " + std::to_string(cls) + " bytes");
+        }
+    }
+    std::weak_ptr<DeviceAllocator> self = weak_from_this();
+    return std::shared_ptr<void>(p, [self, cls](void* q) {
+        if (auto a = self.lock()) {
+            std::lock_guard<std::mutex> lock(a->mutex_);
+            a->free_[cls].push_back(q);  // stream-ordered reuse: every op runs on the one stream
+        } else {
+            cudaFree(q);
+        }
+    });
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count <= device) {
+        cudaGetLastError();
+        raise("no CUDA device " + std::to_string(device) + " (found " + std::to_string(count) + ")");
+    }
+    DI_CUDA_CHECK(cudaSetDevice(device));
+    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DI_CUBLAS_CHECK(cublasCreate(&cublas_));
+    DI_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+}
+
+CudaBackend::~CudaBackend() {
+    cudaStreamSynchronize(stream_);
+    meta_ = {};
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+}
+
+Tensor CudaBackend::empty(DType dtype, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::shared_ptr<void> block = allocator_->allocate(static_cast<size_t>(n) * dtype_size(dtype));
+    void* p = block.get();
+    return Tensor::wrap(p, dtype, std::move(shape), std::move(block), Device::kCuda);
+}
+
+Tensor CudaBackend::zeros(DType dtype, std::vector<int64_t> shape) {
+    Tensor t = empty(dtype, std::move(shape));
+    DI_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+    return t;
+}
+
+Tensor CudaBackend::upload(const Tensor& host) {
+    DI_CUDA_REQUIRE(host.device() == Device::kCpu, "upload: tensor is already on the GPU");
+    Tensor t = empty(host.dtype(), host.shape());
+    DI_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    return t;
+}
+
+void CudaBackend::download(const Tensor& src, void* host_dst) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::pair<const DeviceSeq*, const int*> CudaBackend::upload_seqs(std::span<const SeqSlice> seqs, const EntryStore* store) {
+    std::vector<DeviceSeq> ds;
+    std::vector<int> tables;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        ds.push_back({seqs[i].token_begin, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].state_idx, static_cast<int>(tables.size())});
+        if (store) tables.insert(tables.end(), store->tables[i].begin(), store->tables[i].end());
+    }
+    size_t head = ds.size() * sizeof(DeviceSeq);
+    std::vector<char> bytes(head + tables.size() * sizeof(int) + 16);
+    std::memcpy(bytes.data(), ds.data(), head);
+    std::memcpy(bytes.data() + head, tables.data(), tables.size() * sizeof(int));
+    meta_ = empty(DType::kU8, {static_cast<int64_t>(bytes.size())});
+    DI_CUDA_CHECK(cudaMemcpyAsync(meta_.raw(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_));
+    auto* base = static_cast<char*>(meta_.raw());
+    return {reinterpret_cast<const DeviceSeq*>(base), reinterpret_cast<const int*>(base + head)};
+}
+
+void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate) {
+    int64_t n = w.dim(0), k = w.dim(-1);
+    if (m == 0 || n == 0) return;
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (w.dtype() == DType::kF32) {  // column-major view: Yᵀ (n x m) = W (n x k) · Xᵀ (k x m)
+        DI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data<float>(), k, x, lda, &beta, y, ldy));
+        return;
+    }
+    DI_CUDA_REQUIRE(w.dtype() == DType::kBF16, std::string("cuda gemm: unsupported weight dtype ") + dtype_name(w.dtype()));
+    Tensor xb = empty(DType::kBF16, {m, k});
+    to_bf16_kernel<<<blocks_for(m * k, 256), 256, 0, stream_>>>(x, lda, xb.data<__nv_bfloat16>(), m, k);
+    DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
+                                 CUDA_R_16BF, k, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {
+    int64_t n = ids.numel(), d = table.dim(1);
+    if (n == 0) return;
+    embed_kernel<<<n, 256, 0, stream_>>>(ids.data<int>(), table.raw(), table.dtype() == DType::kBF16, d, hc, out.data<float>());
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+    int64_t k = w.dim(-1), m = x.numel() / k;
+    DI_CUDA_REQUIRE(x.numel() == m * k && y.numel() == m * w.dim(0),
+                    "matmul: x " + x.shape_string() + " · w " + w.shape_string() + " -> y " + y.shape_string() + " disagree");
+    gemm(x.data<float>(), k, w, y.data<float>(), w.dim(0), m);
+}
+
+void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) {
+    int64_t k = w.dim(-1), rows = w.dim(0) / groups, m = x.numel() / (groups * k);
+    for (int g = 0; g < groups; ++g)
+        gemm(x.data<float>() + g * k, groups * k, w.rows(g * rows, (g + 1) * rows), y.data<float>() + g * rows, groups * rows, m);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {
+    int64_t cols = x.dim(-1), rows = x.numel() / cols;
+    if (rows == 0) return;
+    rms_norm_kernel<<<rows, 256, 0, stream_>>>(x.data<float>(), weight ? weight->data<float>() : nullptr, eps, cols, y.data<float>());
+}
+
+void CudaBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope& r, bool inverse) {
+    int64_t cols = x.dim(-1), rows = x.numel() / cols;
+    if (rows == 0) return;
+    rope_kernel<<<rows, 32, 0, stream_>>>(x.data<float>(), cols, positions.data<long long>(), group, r.inv_freq.data<float>(),
+                                          r.rope_dim, r.scale, inverse);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+    int64_t cols = x.numel() / x.dim(0);
+    if (rows.numel() == 0) return;
+    gather_rows_kernel<<<rows.numel(), 256, 0, stream_>>>(x.data<float>(), rows.data<int>(), cols, out.data<float>());
+}
+
+void CudaBackend::add(const Tensor& x, Tensor& y) {
+    if (x.numel() == 0) return;
+    add_kernel<<<blocks_for(x.numel(), 256), 256, 0, stream_>>>(x.data<float>(), y.data<float>(), x.numel());
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
+    if (gate.numel() == 0) return;
+    swiglu_kernel<<<blocks_for(gate.numel(), 256), 256, 0, stream_>>>(gate.data<float>(), up.data<float>(), limit,
+                                                                        out.data<float>(), gate.numel());
+}
+
+}  // namespace deepinfer::kernels::cuda
+
+namespace deepinfer::kernels {
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+
+}  // namespace deepinfer::kernels

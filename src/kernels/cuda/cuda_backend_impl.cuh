@@ -1,0 +1,92 @@
+#pragma once
+// The CUDA implementation of kernels::Backend. One stream; every op is enqueued on it and
+// download() synchronises. Host-side metadata of an op (sequence slices, block tables) is packed
+// into one small buffer and copied to the device per call. Device memory comes from a caching
+// allocator (freed blocks are reused by size class), so steady-state steps do not cudaMalloc.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/common.cuh"
+
+namespace deepinfer::kernels::cuda {
+
+class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
+public:
+    static std::shared_ptr<DeviceAllocator> create() { return std::shared_ptr<DeviceAllocator>(new DeviceAllocator()); }
+    ~DeviceAllocator();
+    std::shared_ptr<void> allocate(size_t bytes);
+
+private:
+    DeviceAllocator() = default;
+    std::mutex mutex_;
+    std::map<size_t, std::vector<void*>> free_;
+};
+
+// Per-sequence metadata as the kernels read it.
+struct DeviceSeq {
+    int token_begin, num_tokens;
+    long long start_pos;
+    int state_idx;
+    int table_offset;  // into the op's flat block-table array
+};
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device);
+    ~CudaBackend() override;
+
+    Device device() const override { return Device::kCuda; }
+    const char* name() const override { return "cuda"; }
+
+    Tensor empty(DType dtype, std::vector<int64_t> shape) override;
+    Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
+    Tensor upload(const Tensor& host) override;
+    void download(const Tensor& src, void* host_dst) override;
+
+    void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override;
+    void matmul(const Tensor& x, const Tensor& w, Tensor& y) override;
+    void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override;
+    void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override;
+    void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;
+    void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    void add(const Tensor& x, Tensor& y) override;
+    void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
+
+    void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                Tensor& collapsed, Tensor& post, Tensor& comb) override;
+    void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+    void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                 Tensor& out) override;
+
+    void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
+    void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
+    void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
+    void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;
+
+    void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                   float scaling, Tensor& ids, Tensor& weights) override;
+    void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                     float limit, Tensor& out) override;
+
+    // y[m, n] (+)= x[m, k] · w[n, k]ᵀ with row strides, x fp32 on the device, w bf16 or fp32.
+    void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
+    cudaStream_t stream() const { return stream_; }
+
+    // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
+    // flat tables after it. Returns {seqs, tables}; valid until the next call on this stream.
+    std::pair<const DeviceSeq*, const int*> upload_seqs(std::span<const SeqSlice> seqs, const EntryStore* store);
+    // A device copy of host data that lives until `keep` goes (tensor-backed scratch).
+    Tensor scratch(DType dtype, std::vector<int64_t> shape) { return empty(dtype, std::move(shape)); }
+
+private:
+    int device_;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t cublas_ = nullptr;
+    std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
+    Tensor meta_;  // metadata buffer of the last op
+};
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,97 @@
+// MoE on the GPU: routing in one thread per token; experts grouped on the host (the routing ids are
+// copied back) and run as three cuBLAS GEMMs per expert over its gathered tokens, with the
+// weighted outputs scattered back.
+#include <vector>
+
+#include "kernels/cuda/cuda_backend_impl.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+__global__ void route_kernel(const float* logits, const float* bias, const void* tid2eid, bool tid64, const int* tokens,
+                             int64_t n, int experts, int top_k, float scaling, int* ids, float* weights) {
+    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float* l = logits + i * experts;
+    auto score = [&](int e) { float x = l[e]; return sqrtf(x > 20.0f ? x : log1pf(expf(x))); };
+    int* id = ids + i * top_k;
+    if (tid2eid != nullptr) {
+        int64_t t = tokens[i];
+        for (int j = 0; j < top_k; ++j)
+            id[j] = tid64 ? static_cast<int>(static_cast<const long long*>(tid2eid)[t * top_k + j])
+                          : static_cast<const int*>(tid2eid)[t * top_k + j];
+    } else {
+        for (int j = 0; j < top_k; ++j) {  // repeated argmax of score + bias, ties to the lower id
+            int best = -1;
+            float bv = -INFINITY;
+            for (int e = 0; e < experts; ++e) {
+                bool taken = false;
+                for (int q = 0; q < j; ++q) taken |= id[q] == e;
+                float v = score(e) + (bias ? bias[e] : 0.0f);
+                if (!taken && (best < 0 || v > bv)) best = e, bv = v;
+            }
+            id[j] = best;
+        }
+    }
+    float sum = 0;
+    for (int j = 0; j < top_k; ++j) sum += score(id[j]);
+    for (int j = 0; j < top_k; ++j) weights[i * top_k + j] = score(id[j]) / (sum + 1e-20f) * scaling;
+}
+
+__global__ void gather_kernel(const float* x, const int* rows, int64_t d, float* out) {
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = x[rows[blockIdx.x] * d + c];
+}
+
+// out[token] += weight * y[r] for the expert's rows (one token appears once per expert).
+__global__ void scatter_kernel(const float* y, const int* rows, const float* w, int64_t d, float* out) {
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[rows[blockIdx.x] * d + c] += w[blockIdx.x] * y[blockIdx.x * d + c];
+}
+
+}  // namespace
+
+void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                            float scaling, Tensor& ids, Tensor& weights) {
+    int64_t n = logits.dim(0);
+    if (n == 0) return;
+    route_kernel<<<blocks_for(n, 128), 128, 0, stream()>>>(
+        logits.data<float>(), bias ? bias->data<float>() : nullptr, tid2eid ? tid2eid->raw() : nullptr,
+        tid2eid && tid2eid->dtype() == DType::kI64, token_ids ? token_ids->data<int>() : nullptr, n,
+        static_cast<int>(logits.dim(1)), top_k, scaling, ids.data<int>(), weights.data<float>());
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                              float limit, Tensor& out) {
+    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
+    if (n == 0) return;
+    std::vector<int> h_ids(n * top_k);
+    std::vector<float> h_w(n * top_k);
+    DI_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()));
+    DI_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    std::vector<std::vector<int>> rows(experts.size());
+    std::vector<std::vector<float>> wts(experts.size());
+    for (int64_t i = 0; i < n * top_k; ++i) {
+        DI_CUDA_REQUIRE(h_ids[i] >= 0 && h_ids[i] < static_cast<int>(experts.size()),
+                        "moe: expert id " + std::to_string(h_ids[i]) + " out of range");
+        rows[h_ids[i]].push_back(static_cast<int>(i / top_k));
+        wts[h_ids[i]].push_back(h_w[i]);
+    }
+    for (size_t e = 0; e < experts.size(); ++e) {
+        int64_t m = static_cast<int64_t>(rows[e].size()), inter = experts[e].w1.dim(0);
+        if (m == 0) continue;
+        Tensor meta = empty(DType::kI32, {2 * m});
+        DI_CUDA_CHECK(cudaMemcpyAsync(meta.raw(), rows[e].data(), m * sizeof(int), cudaMemcpyHostToDevice, stream()));
+        DI_CUDA_CHECK(cudaMemcpyAsync(meta.data<int>() + m, wts[e].data(), m * sizeof(float), cudaMemcpyHostToDevice, stream()));
+        Tensor xe = empty(DType::kF32, {m, d}), g = empty(DType::kF32, {m, inter}), u = empty(DType::kF32, {m, inter});
+        Tensor ye = empty(DType::kF32, {m, d});
+        gather_kernel<<<m, 256, 0, stream()>>>(x.data<float>(), meta.data<int>(), d, xe.data<float>());
+        gemm(xe.data<float>(), d, experts[e].w1, g.data<float>(), inter, m);
+        gemm(xe.data<float>(), d, experts[e].w3, u.data<float>(), inter, m);
+        swiglu(g, u, limit, g);
+        gemm(g.data<float>(), inter, experts[e].w2, ye.data<float>(), d, m);
+        scatter_kernel<<<m, 256, 0, stream()>>>(ye.data<float>(), meta.data<int>(),
+                                                reinterpret_cast<const float*>(meta.data<int>() + m), d, out.data<float>());
+    }
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,148 @@
+#pragma once
+// Test adapter: runs a device backend's ops on host tensors. Every input is uploaded, the op runs
+// on the device, and every output is downloaded back into the caller's host tensor, so a test
+// written for the CPU backend checks a GPU backend unchanged.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace deepinfer::kernels::testing {
+
+class MirrorBackend final : public Backend {
+public:
+    explicit MirrorBackend(std::unique_ptr<Backend> device) : dev_(std::move(device)) {}
+
+    Device device() const override { return Device::kCpu; }
+    const char* name() const override { return dev_->name(); }
+    Tensor empty(DType dtype, std::vector<int64_t> shape) override { return Tensor::empty(dtype, std::move(shape)); }
+    Tensor zeros(DType dtype, std::vector<int64_t> shape) override { return Tensor::zeros(dtype, std::move(shape)); }
+    Tensor upload(const Tensor& host) override { return host; }
+    void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.raw(), src.nbytes()); }
+
+    void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override {
+        Tensor o = up(out);
+        dev_->embed(up(ids), up(table), hc, o);
+        down(o, out);
+    }
+    void matmul(const Tensor& x, const Tensor& w, Tensor& y) override {
+        Tensor o = up(y);
+        dev_->matmul(up(x), up(w), o);
+        down(o, y);
+    }
+    void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override {
+        Tensor o = up(y);
+        dev_->grouped_matmul(up(x), up(w), groups, o);
+        down(o, y);
+    }
+    void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override {
+        Tensor o = up(y), w = weight ? up(*weight) : Tensor();
+        dev_->rms_norm(up(x), weight ? &w : nullptr, eps, o);
+        down(o, y);
+    }
+    void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override {
+        Tensor o = up(x);
+        dev_->rope(o, up(positions), group, up(rope), inverse);
+        down(o, x);
+    }
+    void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+        Tensor o = up(out);
+        dev_->gather_rows(up(x), up(rows), o);
+        down(o, out);
+    }
+    void add(const Tensor& x, Tensor& y) override {
+        Tensor o = up(y);
+        dev_->add(up(x), o);
+        down(o, y);
+    }
+    void swiglu(const Tensor& gate, const Tensor& upv, float limit, Tensor& out) override {
+        Tensor o = up(out);
+        dev_->swiglu(up(gate), up(upv), limit, o);
+        down(o, out);
+    }
+
+    void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                Tensor& collapsed, Tensor& post, Tensor& comb) override {
+        Tensor c = up(collapsed), po = up(post), cb = up(comb);
+        dev_->hc_pre(up(streams), up(fn), up(base), up(scale), p, c, po, cb);
+        down(c, collapsed);
+        down(po, post);
+        down(cb, comb);
+    }
+    void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override {
+        Tensor s = up(streams);
+        dev_->hc_post(s, up(y), up(post), up(comb));
+        down(s, streams);
+    }
+    void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                 Tensor& out) override {
+        Tensor o = up(out);
+        dev_->hc_head(up(streams), up(fn), up(base), up(scale), p, o);
+        down(o, out);
+    }
+
+    void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override {
+        AttentionArgs a = args;
+        a.q = up(args.q), a.kv = up(args.kv), a.ring = up(args.ring), a.sinks = up(args.sinks), a.out = up(args.out);
+        if (args.selected.defined()) a.selected = up(args.selected);
+        EntryStore entries = args.entries ? up(*args.entries) : EntryStore{};
+        if (args.entries) a.entries = &entries;
+        dev_->attention(seqs, a);
+        Tensor out = args.out;
+        down(a.out, out);
+    }
+    void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override {
+        Tensor r = up(ring);
+        dev_->ring_write(seqs, up(kv), r);
+        down(r, ring);
+    }
+    void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override {
+        CompressorArgs a = args;
+        a.kv = up(args.kv), a.gate = up(args.gate), a.ape = up(args.ape), a.norm = up(args.norm);
+        a.rope = up(args.rope), a.carry = up(args.carry);
+        EntryStore out = up(*args.out);
+        a.out = &out;
+        dev_->compressor_update(seqs, a);
+        Tensor carry = args.carry;
+        down(a.carry, carry);
+        down(out.pool, args.out->pool);
+    }
+    void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override {
+        IndexerArgs a = args;
+        a.q = up(args.q), a.weights = up(args.weights), a.out = up(args.out);
+        EntryStore keys = up(*args.keys);
+        a.keys = &keys;
+        dev_->indexer_topk(seqs, a);
+        Tensor out = args.out;
+        down(a.out, out);
+    }
+
+    void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                   float scaling, Tensor& ids, Tensor& weights) override {
+        Tensor b = bias ? up(*bias) : Tensor(), t = tid2eid ? up(*tid2eid) : Tensor();
+        Tensor tok = token_ids ? up(*token_ids) : Tensor(), i = up(ids), w = up(weights);
+        dev_->moe_route(up(logits), bias ? &b : nullptr, tid2eid ? &t : nullptr, token_ids ? &tok : nullptr, top_k,
+                        scaling, i, w);
+        down(i, ids);
+        down(w, weights);
+    }
+    void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                     float limit, Tensor& out) override {
+        std::vector<ExpertWeights> dev_experts;
+        for (const auto& e : experts) dev_experts.push_back({up(e.w1), up(e.w3), up(e.w2)});
+        Tensor o = up(out);
+        dev_->moe_experts(up(x), up(ids), up(weights), dev_experts, limit, o);
+        down(o, out);
+    }
+
+private:
+    Tensor up(const Tensor& host) { return dev_->upload(host); }
+    Rope up(const Rope& r) { return {up(r.inv_freq), r.rope_dim, r.scale}; }
+    EntryStore up(const EntryStore& s) { return {up(s.pool), s.tables}; }
+    void down(const Tensor& dev, const Tensor& host) { dev_->download(dev, host.raw()); }
+
+    std::unique_ptr<Backend> dev_;
+};
+
+}  // namespace deepinfer::kernels::testing
