@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from a copy of the tree: the CUDA backend's tests and benchmark, using
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
-# Writes its log to $OUT/cuda_run.log.
+# Writes its log to $OUT/cuda_run.log. Then the forward benchmark on a >= 5B random checkpoint, ours
+# (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=build-cuda/bin
@@ -21,6 +22,8 @@ for dev in cpu cuda; do
     run 60 $bin/deepinfer generate --model models/deepinfer-nano --device $dev --prompt "$prompt" --max-tokens 48 \
         --temperature 0 --cache-memory 64MiB --max-sequences 4
 done
-step make gpu-5b; run 180 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
+step make gpu-5b; run 150 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
 step forward bench cuda
-run 200 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 128,1024 --batch 1,8,32 --decode-steps 16
+run 150 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024,8192 --batch 1,8,64 --decode-steps 8
+step forward bench HF transformers
+run 150 python3 scripts/hf_forward_bench.py --model /tmp/gpu-5b --prompt 1024,8192 --batch 1,8,64 --decode-steps 8

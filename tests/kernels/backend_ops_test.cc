@@ -33,8 +33,8 @@ protected:
             } catch (const Error& e) {
                 GTEST_SKIP() << e.what();
             }
-            // cuBLAS runs bf16-weight GEMMs on bf16-rounded activations (fp32 accumulate).
-            mm_tol = 1e-2;
+            // fp32 accumulation in another order (cuBLAS, split-bf16 activations), fast-math exp.
+            mm_tol = 1e-4;
             tol = 1e-4;
             return;
         }

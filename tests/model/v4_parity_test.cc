@@ -32,9 +32,7 @@ Fixture load_fixture(const std::string& name) {
 }
 
 // The bar: max |Δ| <= 2e-2 * max |ref| and argmax equal at >= 99.5% of positions.
-// `tight`: fp32 compute on the same bf16 weights should agree to ~1e-5; the CUDA backend's GEMMs
-// round activations to bf16, so it is held to the bar only.
-void expect_parity(const Tensor& got, const Tensor& ref, const std::string& what, bool tight = true) {
+void expect_parity(const Tensor& got, const Tensor& ref, const std::string& what) {
     int64_t rows = ref.dim(0), vocab = ref.dim(1);
     double max_ref = 0.0, max_diff = 0.0;
     int64_t same_argmax = 0;
@@ -52,26 +50,29 @@ void expect_parity(const Tensor& got, const Tensor& ref, const std::string& what
     }
     EXPECT_LE(max_diff, 2e-2 * max_ref) << what;
     EXPECT_GE(static_cast<double>(same_argmax) / rows, 0.995) << what;
-    if (tight) EXPECT_LE(max_diff, 1e-3 * max_ref) << what << " (tight bound)";
+    // Far tighter than the bar: fp32 compute on the same bf16 weights should agree to ~1e-5 (the CUDA
+    // GEMMs too: they split activations into two bf16 halves). Rounding activations to bf16 alone
+    // moves these random-weight fixtures' logits by up to 30% of max|ref|.
+    EXPECT_LE(max_diff, 1e-3 * max_ref) << what << " (tight bound)";
     std::printf("%s: max|diff| %.3g (max|ref| %.3g), argmax equal %ld/%ld\n", what.c_str(), max_diff, max_ref,
                 static_cast<long>(same_argmax), static_cast<long>(rows));
 }
 
 class V4Parity : public ::testing::TestWithParam<std::string> {};
 
-void expect_all_schedules(kernels::Backend& backend, const Fixture& f, const std::string& what, bool tight) {
+void expect_all_schedules(kernels::Backend& backend, const Fixture& f, const std::string& what) {
     model::DeepseekV4Model m(f.dir, backend);
     std::vector<std::pair<std::string, runtime::LogitsSchedule>> schedules = {
         {"full", {}}, {"chunk 1", {1, -1}}, {"chunk 7", {7, -1}}, {"chunk 16", {16, -1}}, {"chunk 64", {64, -1}},
         {"decode-from 0", {0, 0}}, {"decode-from 37", {0, 37}},
     };
     for (const auto& [name, schedule] : schedules)
-        expect_parity(runtime::sequence_logits(m, f.ids, schedule), f.reference, what + " " + name, tight);
+        expect_parity(runtime::sequence_logits(m, f.ids, schedule), f.reference, what + " " + name);
 }
 
 TEST_P(V4Parity, AllSchedulesMatchHfFullForward) {
     auto backend = kernels::make_cpu_backend(0);
-    expect_all_schedules(*backend, load_fixture(GetParam()), GetParam(), true);
+    expect_all_schedules(*backend, load_fixture(GetParam()), GetParam());
 }
 
 TEST_P(V4Parity, CudaBackendMatchesHf) {
@@ -81,7 +82,7 @@ TEST_P(V4Parity, CudaBackendMatchesHf) {
     } catch (const Error& e) {
         GTEST_SKIP() << e.what();
     }
-    expect_all_schedules(*backend, load_fixture(GetParam()), GetParam() + " cuda", false);
+    expect_all_schedules(*backend, load_fixture(GetParam()), GetParam() + " cuda");
 }
 
 TEST_P(V4Parity, ReferenceBackendMatchesHf) {

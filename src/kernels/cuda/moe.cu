@@ -73,8 +73,13 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     for (int64_t i = 0; i < n * top_k; ++i) {
         DI_CUDA_REQUIRE(h_ids[i] >= 0 && h_ids[i] < static_cast<int>(experts.size()),
                         "moe: expert id " + std::to_string(h_ids[i]) + " out of range");
-        rows[h_ids[i]].push_back(static_cast<int>(i / top_k));
-        wts[h_ids[i]].push_back(h_w[i]);
+        int token = static_cast<int>(i / top_k), e = h_ids[i];
+        if (!rows[e].empty() && rows[e].back() == token) {  // the same expert twice (hash routing): one row,
+            wts[e].back() += h_w[i];                          // so that a scatter never adds to a row twice
+            continue;
+        }
+        rows[e].push_back(token);
+        wts[e].push_back(h_w[i]);
     }
     for (size_t e = 0; e < experts.size(); ++e) {
         int64_t m = static_cast<int64_t>(rows[e].size()), inter = experts[e].w1.dim(0);
