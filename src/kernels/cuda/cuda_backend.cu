@@ -136,6 +136,9 @@ CudaBackend::~CudaBackend() {
 }
 
 Tensor CudaBackend::empty(DType dtype, std::vector<int64_t> shape) {
+    // The current device is per host thread and the engine calls from its own thread; every step
+    // starts with an allocation or an upload, so binding here covers all later launches.
+    DI_CUDA_CHECK(cudaSetDevice(device_));
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     std::shared_ptr<void> block = allocator_->allocate(static_cast<size_t>(n) * dtype_size(dtype));
