@@ -138,7 +138,7 @@ WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4C
 
 struct Session {
     model::DeepseekV4Model& m;
-    model::V4Cache cache;
+    model::HybridCache cache;
     std::vector<int> states;
     std::vector<int64_t> lengths;
 };
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     for (int p : prompts) {
         double best = 1e30;
         for (int rep = 0; rep < 2; ++rep) {
-            Session s{m, model::V4Cache(cfg, *backend, model::v4_cache_for_tokens(cfg, 1, max_len)), {}, {0}};
+            Session s{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
             auto t0 = Clock::now();
             step(s, {random_tokens(rng, p, cfg.vocab_size)});
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
         std::printf("| prefill | %d tokens | %.1f tok/s | %.3f s |\n", p, p / best, best);
     }
     for (int b : batches) {
-        Session s{m, model::V4Cache(cfg, *backend, model::v4_cache_for_tokens(cfg, max_batch, max_len)), {}, {}};
+        Session s{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(max_batch, max_len)), {}, {}};
         std::vector<std::vector<int32_t>> prompt;
         for (int i = 0; i < b; ++i) {
             s.states.push_back(s.cache.add_sequence());

@@ -2,8 +2,10 @@
 // What the runtime needs from a model: a forward step over a flat batch of new tokens from many
 // sequences, and a cache of per-sequence state with block-granular capacity. One implementation
 // per architecture (archs/); load_causal_lm() picks it from config.json's model_type.
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,13 +21,17 @@ struct Batch {
     // [group][seq]: the sequences' block tables as of planning (SequenceCache::describe), so a
     // step can run while the planner reserves blocks for the next one. Empty: read the cache's.
     std::vector<std::vector<std::vector<int32_t>>> block_tables;
+
+    // The sequences' block tables of one group, as spans.
+    std::vector<std::span<const int32_t>> tables_of(int group) const {
+        return {block_tables[group].begin(), block_tables[group].end()};
+    }
 };
 
 struct CacheSizing {
     int max_seqs = 1;
     int block_size = 64;
-    int64_t blocks_csa = 0;  // blocks of the model's first and second block groups
-    int64_t blocks_hca = 0;
+    std::array<int64_t, 2> blocks{};  // blocks of the model's two block groups
     int ring_slack = 0;
     int64_t tokens_per_seq = 0;  // what each of max_seqs sequences can hold at once (informational)
 };
@@ -60,6 +66,8 @@ public:
     virtual kernels::Backend& backend() = 0;
     // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences.
     virtual CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const = 0;
+    // Sizing with room for `max_seqs` sequences of `max_tokens` tokens each.
+    virtual CacheSizing plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size = 64) const = 0;
     virtual std::unique_ptr<SequenceCache> make_cache(const CacheSizing& sizing) = 0;
     // Runs the batch and appends its tokens to the cache (reserved in advance). Returns fp32
     // logits [logit_rows, vocab] on the backend's device.

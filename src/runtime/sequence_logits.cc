@@ -24,23 +24,23 @@ std::vector<int64_t> step_lengths(int64_t total, const LogitsSchedule& s) {
 
 }  // namespace
 
-Tensor sequence_logits(model::DeepseekV4Model& m, const std::vector<int32_t>& ids, const LogitsSchedule& schedule) {
-    const auto& cfg = m.config();
-    int64_t total = static_cast<int64_t>(ids.size());
+Tensor sequence_logits(model::CausalLm& m, const std::vector<int32_t>& ids, const LogitsSchedule& schedule) {
+    int64_t total = static_cast<int64_t>(ids.size()), vocab = m.vocab_size();
     DI_CHECK(total > 0, "no input tokens");
-    for (int32_t id : ids) DI_CHECK(id >= 0 && id < cfg.vocab_size, "token id {} is out of range for a vocabulary of {}", id, cfg.vocab_size);
-    model::V4Cache cache(cfg, m.backend(), model::v4_cache_for_tokens(cfg, 1, total));
-    int state = cache.add_sequence();
-    DI_CHECK(cache.reserve(state, total), "cache: cannot reserve {} tokens", total);
-    Tensor out = Tensor::empty(DType::kF32, {total, cfg.vocab_size});
+    for (int32_t id : ids) DI_CHECK(id >= 0 && id < vocab, "token id {} is out of range for a vocabulary of {}", id, vocab);
+    auto cache = m.make_cache(m.plan_cache_for_tokens(1, total));
+    int state = cache->try_add_sequence();
+    DI_CHECK(state >= 0 && cache->reserve(state, total), "cache: cannot reserve {} tokens", total);
+    Tensor out = Tensor::empty(DType::kF32, {total, vocab});
     int64_t done = 0;
     for (int64_t len : step_lengths(total, schedule)) {
         model::Batch step;
         step.token_ids.assign(ids.begin() + done, ids.begin() + done + len);
         step.seqs.push_back({0, static_cast<int32_t>(len), done, state});
         for (int32_t r = 0; r < len; ++r) step.logit_rows.push_back(r);
-        Tensor logits = m.forward(step, cache);
-        m.backend().download(logits, out.data<float>() + done * cfg.vocab_size);
+        cache->describe(step);
+        Tensor logits = m.forward(step, *cache);
+        m.backend().download(logits, out.data<float>() + done * vocab);
         done += len;
     }
     return out;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/archs/deepseek_v4.h"
+#include "model/causal_lm.h"
 
 namespace deepinfer::runtime {
 
@@ -17,6 +17,6 @@ struct LogitsSchedule {
 };
 
 // Returns host fp32 logits [ids.size(), vocab].
-Tensor sequence_logits(model::DeepseekV4Model& model, const std::vector<int32_t>& ids, const LogitsSchedule& schedule);
+Tensor sequence_logits(model::CausalLm& model, const std::vector<int32_t>& ids, const LogitsSchedule& schedule);
 
 }  // namespace deepinfer::runtime

@@ -58,30 +58,50 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, B
     };
     rope_main_ = make_rope(cfg_.rope_main);
     rope_compress_ = make_rope(cfg_.rope_compress);
+    cache_layout_ = v4_cache_layout(cfg_);
 }
 
-kernels::EntryStore DeepseekV4Model::entry_store(const Tensor& pool, V4Cache::Group g, const Batch& step,
-                                                 const V4Cache& cache) const {
-    kernels::EntryStore st{pool, {}};
-    for (const auto& table : step.block_tables[static_cast<int>(g)]) st.tables.push_back(table);
-    return st;
+CacheLayout v4_cache_layout(const DeepseekV4Config& c) {
+    CacheLayout layout;
+    layout.window = c.sliding_window;
+    layout.head_dim = c.head_dim;
+    layout.group_names = {"csa", "hca"};
+    int64_t d = c.head_dim, di = c.index_head_dim;
+    for (auto t : c.layer_types) {
+        CacheLayout::Layer l;
+        if (t == AttentionType::kCsa) {  // overlapping windows: two windows of kv | gate, c = 2
+            int r = c.compress_rate_csa;
+            layout.rates[0] = r;
+            l = {0, d, di, {2 * r, 4 * d}, {2 * r, 4 * di}};
+        } else if (t == AttentionType::kHca) {
+            int r = c.compress_rate_hca;
+            layout.rates[1] = r;
+            l = {1, d, 0, {r, 2 * d}, {0, 0}};
+        }
+        layout.layers.push_back(l);
+    }
+    return layout;
 }
 
 CacheSizing DeepseekV4Model::plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const {
-    return v4_cache_for_memory(cfg_, max_seqs, memory_bytes, block_size);
+    return cache_for_memory(cache_layout_, max_seqs, memory_bytes, block_size);
+}
+
+CacheSizing DeepseekV4Model::plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size) const {
+    return cache_for_tokens(cache_layout_, max_seqs, max_tokens, block_size);
 }
 
 std::unique_ptr<SequenceCache> DeepseekV4Model::make_cache(const CacheSizing& sizing) {
-    return std::make_unique<V4Cache>(cfg_, backend_, sizing);
+    return std::make_unique<HybridCache>(cache_layout_, backend_, sizing);
 }
 
 Tensor DeepseekV4Model::forward(const Batch& step, SequenceCache& cache) {
-    auto* v4 = dynamic_cast<V4Cache*>(&cache);
-    DI_CHECK(v4 != nullptr, "DeepSeek-V4 forward needs a V4Cache");
+    auto* v4 = dynamic_cast<HybridCache*>(&cache);
+    DI_CHECK(v4 != nullptr, "DeepSeek-V4 forward needs a HybridCache");
     return forward(step, *v4);
 }
 
-Tensor DeepseekV4Model::forward(const Batch& batch, V4Cache& cache) {
+Tensor DeepseekV4Model::forward(const Batch& batch, HybridCache& cache) {
     if (batch.block_tables.empty()) {  // single-threaded callers: take the tables from the cache now
         Batch described = batch;
         cache.describe(described);
@@ -127,7 +147,7 @@ Tensor DeepseekV4Model::forward(const Batch& batch, V4Cache& cache) {
     return logits;
 }
 
-void DeepseekV4Model::attention_block(int l, StepTensors& st, V4Cache& cache) {
+void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache) {
     const V4LayerWeights& lw = w_.layers[l];
     int64_t n = st.n, H = cfg_.num_attention_heads, d = cfg_.head_dim, D = cfg_.hidden_size;
     float eps = cfg_.rms_norm_eps;
@@ -149,7 +169,7 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, V4Cache& cache) {
     backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
     backend_.rope(kv, st.positions, 1, rope, false);
 
-    V4Cache::LayerState& ls = cache.layer(l);
+    HybridCache::LayerState& ls = cache.layer(l);
     AttentionArgs args;
     args.q = q;
     args.kv = kv;
@@ -160,8 +180,7 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, V4Cache& cache) {
     args.out = backend_.empty(DType::kF32, {n, H, d});
     kernels::EntryStore entries;
     if (cfg_.layer_types[l] != AttentionType::kSliding) {
-        auto group = cfg_.layer_types[l] == AttentionType::kCsa ? V4Cache::Group::kCsa : V4Cache::Group::kHca;
-        entries = entry_store(ls.entries, group, st.step, cache);
+        entries = kernels::EntryStore{ls.entries, st.step.tables_of(cache_layout_.layers[l].group)};
         compressed_keys(l, st, cache, qr, entries, args);
     }
     backend_.attention(st.step.seqs, args);
@@ -176,10 +195,10 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, V4Cache& cache) {
     backend_.hc_post(st.streams, y, st.post, st.comb);
 }
 
-void DeepseekV4Model::compressed_keys(int l, StepTensors& st, V4Cache& cache, const Tensor& qr,
+void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache, const Tensor& qr,
                                       kernels::EntryStore& entries, AttentionArgs& args) {
     const V4LayerWeights& lw = w_.layers[l];
-    V4Cache::LayerState& ls = cache.layer(l);
+    HybridCache::LayerState& ls = cache.layer(l);
     int64_t n = st.n, d = cfg_.head_dim;
     bool csa = cfg_.layer_types[l] == AttentionType::kCsa;
     int rate = cfg_.compress_rate(l);
@@ -208,7 +227,7 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, V4Cache& cache, co
     }
     // Lightning indexer: its own compressor over index keys, queries from the shared q_a output.
     int64_t di = cfg_.index_head_dim, hi = cfg_.index_n_heads;
-    kernels::EntryStore index_store = entry_store(ls.index_entries, V4Cache::Group::kCsa, st.step, cache);
+    kernels::EntryStore index_store{ls.index_entries, st.step.tables_of(cache_layout_.layers[l].group)};
     kernels::CompressorArgs ia = ca;
     ia.kv = backend_.empty(DType::kF32, {n, 2 * di});
     ia.gate = backend_.empty(DType::kF32, {n, 2 * di});

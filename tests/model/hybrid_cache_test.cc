@@ -1,6 +1,6 @@
-// The V4 cache's block accounting: a memory plan admits every sequence it was sized for, a full
+// The hybrid cache's block accounting (with DeepSeek-V4's layout): a memory plan admits every sequence it was sized for, a full
 // pool refuses a reservation without changing anything, and freed blocks come back.
-#include "model/v4_cache.h"
+#include "model/hybrid_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -11,12 +11,14 @@
 namespace deepinfer::model {
 namespace {
 
-TEST(V4Cache, MemoryPlanHoldsEverySequenceItWasSizedFor) {
+constexpr int kCsa = 0, kHca = 1;  // DeepSeek-V4 block groups
+
+TEST(HybridCache, MemoryPlanHoldsEverySequenceItWasSizedFor) {
     DeepseekV4Config c = load_deepseek_v4_config(test::data_path("v4/v4_tiny_a"));
     auto backend = kernels::make_cpu_backend(1);
     for (int seqs : {1, 7, 40}) {
-        CacheSizing s = v4_cache_for_memory(c, seqs, 4 << 20, 4);
-        V4Cache cache(c, *backend, s);
+        CacheSizing s = cache_for_memory(v4_cache_layout(c), seqs, 4 << 20, 4);
+        HybridCache cache(v4_cache_layout(c), *backend, s);
         EXPECT_LE(cache.bytes(), 4 << 20);
         int64_t per_seq = s.tokens_per_seq;
         EXPECT_GT(per_seq, 0);
@@ -29,24 +31,24 @@ TEST(V4Cache, MemoryPlanHoldsEverySequenceItWasSizedFor) {
     }
 }
 
-TEST(V4Cache, FullPoolRefusesWithoutSideEffectsAndFreesOnRemove) {
+TEST(HybridCache, FullPoolRefusesWithoutSideEffectsAndFreesOnRemove) {
     DeepseekV4Config c = load_deepseek_v4_config(test::data_path("v4/v4_tiny_a"));
     auto backend = kernels::make_cpu_backend(1);
-    CacheSizing s = v4_cache_for_tokens(c, 2, 64, 4);  // 2 sequences x 64 tokens
-    V4Cache cache(c, *backend, s);
+    CacheSizing s = cache_for_tokens(v4_cache_layout(c), 2, 64, 4);  // 2 sequences x 64 tokens
+    HybridCache cache(v4_cache_layout(c), *backend, s);
     int a = cache.add_sequence(), b = cache.add_sequence();
     ASSERT_TRUE(cache.reserve(a, 128));  // a takes b's share
-    int64_t free_csa = cache.free_blocks(V4Cache::Group::kCsa), free_hca = cache.free_blocks(V4Cache::Group::kHca);
-    std::vector<int32_t> table_a(cache.block_table(V4Cache::Group::kCsa, a).begin(), cache.block_table(V4Cache::Group::kCsa, a).end());
+    int64_t free_csa = cache.free_blocks(kCsa), free_hca = cache.free_blocks(kHca);
+    std::vector<int32_t> table_a(cache.block_table(kCsa, a).begin(), cache.block_table(kCsa, a).end());
     EXPECT_FALSE(cache.reserve(b, 64));
-    EXPECT_EQ(cache.free_blocks(V4Cache::Group::kCsa), free_csa);
-    EXPECT_EQ(cache.free_blocks(V4Cache::Group::kHca), free_hca);
-    EXPECT_TRUE(cache.block_table(V4Cache::Group::kCsa, b).empty());
+    EXPECT_EQ(cache.free_blocks(kCsa), free_csa);
+    EXPECT_EQ(cache.free_blocks(kHca), free_hca);
+    EXPECT_TRUE(cache.block_table(kCsa, b).empty());
     cache.truncate(a, 64);
     EXPECT_TRUE(cache.reserve(b, 64));
-    auto tb = cache.block_table(V4Cache::Group::kCsa, b);
+    auto tb = cache.block_table(kCsa, b);
     for (int32_t blk : tb)  // b's blocks are ones a gave back, never a's live ones
-        EXPECT_EQ(std::count(table_a.begin(), table_a.begin() + cache.block_table(V4Cache::Group::kCsa, a).size(), blk), 0);
+        EXPECT_EQ(std::count(table_a.begin(), table_a.begin() + cache.block_table(kCsa, a).size(), blk), 0);
     cache.remove_sequence(a);
     EXPECT_EQ(cache.free_sequences(), 1);
     EXPECT_GT(cache.usage(), 0.0);

@@ -1,0 +1,96 @@
+#pragma once
+// Cached state of hybrid-attention sequences (DeepSeek-V4 and V4.1; ARCHITECTURE.md §5).
+//
+// Per sequence ("state slot", fixed size): one sliding-window ring per layer (window - 1 + slack
+// slots) and, per compressor, carry rows of raw projections of tokens not yet pooled.
+// Per sequence, growing: compressed entries in fixed-size blocks. Layers whose entries grow at
+// the same rate (entries per token) form a block group and share one block table per sequence;
+// each layer's pool is indexed by the group's block ids. Blocks are reserved before a step; a
+// pool without room refuses the reservation and changes nothing.
+//
+// The architecture describes what it caches with a CacheLayout; this class only manages memory.
+// Not thread-safe: one owner (the model runner) drives it.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/causal_lm.h"
+
+namespace deepinfer::model {
+
+inline constexpr int kBlockGroups = 2;
+
+struct CacheLayout {
+    struct Layer {
+        int group = -1;                  // block group of the entry pools; -1 = no compressed entries
+        int64_t entry_dim = 0;           // width of the entry pool (0 = none)
+        int64_t index_dim = 0;           // width of the indexer-key pool (0 = none)
+        std::array<int64_t, 2> carry{};  // per-sequence carry [rows, cols] (zero = none)
+        std::array<int64_t, 2> index_carry{};
+    };
+    int window = 0;            // sliding window of every layer
+    int64_t head_dim = 0;      // ring row width
+    std::array<int, kBlockGroups> rates{};  // tokens per entry of each group (0 = group unused)
+    std::array<std::string, kBlockGroups> group_names{"group0", "group1"};
+    std::vector<Layer> layers;
+};
+
+// Enough blocks for `max_seqs` sequences of `max_tokens` tokens each.
+CacheSizing cache_for_tokens(const CacheLayout& layout, int max_seqs, int64_t max_tokens, int block_size = 64);
+// The largest cache that fits `memory_bytes` (rings, carries and entry pools) and lets each of
+// `max_seqs` sequences hold the same number of tokens (sizing.tokens_per_seq).
+CacheSizing cache_for_memory(const CacheLayout& layout, int max_seqs, int64_t memory_bytes, int block_size);
+int64_t cache_bytes(const CacheLayout& layout, const CacheSizing& s);
+
+class HybridCache final : public SequenceCache {
+public:
+    struct LayerState {
+        Tensor ring;                    // [max_seqs, ring_slots, head_dim]
+        Tensor carry, index_carry;      // [max_seqs, rows, cols] compressor carries
+        Tensor entries, index_entries;  // [blocks, block_size, dim] pools
+    };
+
+    HybridCache(CacheLayout layout, kernels::Backend& backend, const CacheSizing& sizing);
+
+    // A free state slot for a new sequence (its caches start empty); throws when none is free.
+    int add_sequence();
+    int try_add_sequence() override;
+    void remove_sequence(int state) override;
+    // Makes room for entries of positions [0, num_tokens); returns false (and changes nothing)
+    // when a pool lacks free blocks.
+    bool reserve(int state, int64_t num_tokens) override;
+    void describe(Batch& batch) const override;
+    // Drops blocks beyond what `num_tokens` positions need (after a rollback or truncation).
+    void truncate(int state, int64_t num_tokens);
+
+    LayerState& layer(int l) { return layers_[l]; }
+    const CacheLayout& layout() const { return layout_; }
+    int ring_slots() const { return ring_slots_; }
+    std::span<const int32_t> block_table(int group, int state) const { return tables_[group][state]; }
+    int64_t free_blocks(int group) const { return static_cast<int64_t>(free_[group].size()); }
+    int free_sequences() const override { return static_cast<int>(free_states_.size()); }
+    int max_seqs() const override { return sizing_.max_seqs; }
+    double usage() const override;
+    int64_t bytes() const override { return bytes_; }
+    std::vector<std::pair<std::string, int64_t>> bytes_by_kind() const override;
+    int64_t token_capacity() const override;
+    const CacheSizing& sizing() const { return sizing_; }
+
+private:
+    int64_t blocks_needed(int group, int64_t num_tokens) const;
+    bool used(int group) const { return layout_.rates[group] > 0; }
+
+    CacheLayout layout_;
+    CacheSizing sizing_;
+    int64_t bytes_ = 0;
+    int ring_slots_ = 0;
+    std::vector<LayerState> layers_;
+    std::array<std::vector<int32_t>, kBlockGroups> free_;                // free block ids
+    std::array<std::vector<std::vector<int32_t>>, kBlockGroups> tables_;  // per state: block ids
+    std::vector<int> free_states_;
+};
+
+}  // namespace deepinfer::model
