@@ -5,7 +5,7 @@
 #include "base/error.h"
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "model/archs/deepseek_v4.h"
+#include "model/causal_lm.h"
 #include "runtime/sequence_logits.h"
 
 namespace deepinfer::apps {
@@ -47,9 +47,9 @@ std::vector<int32_t> read_input_ids(const std::string& path) {
 int run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = read_input_ids(o.input_path);
     auto backend = kernels::make_backend(o.device, o.threads);
-    model::DeepseekV4Model model(o.model_dir, *backend);
+    std::unique_ptr<model::CausalLm> model = model::load_causal_lm(o.model_dir, *backend);
     runtime::LogitsSchedule schedule{o.chunk, o.decode_from};
-    Tensor logits = runtime::sequence_logits(model, ids, schedule);
+    Tensor logits = runtime::sequence_logits(*model, ids, schedule);
     write_safetensors(o.output_path, {{"logits", logits}});
     return 0;
 }

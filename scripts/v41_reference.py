@@ -271,7 +271,8 @@ class Reference:
         last = (visible_count - 1) // bs
         pinned = (torch.arange(nb)[None, :] == last[:, None]) & (visible_count[:, None] > 0)
         blocks = torch.where(pinned, torch.full_like(blocks, float("inf")), blocks)
-        picks = self.gaps.topk(blocks, min(k, nb))
+        # The pinned block's +inf is a real score here: only unreachable (-inf) blocks drop out.
+        picks = self.gaps.topk(blocks, min(k, nb), valid=blocks > -float("inf"))
         keep = torch.zeros(n, nb, dtype=torch.bool)
         for r in range(n):
             for b in picks[r].tolist():

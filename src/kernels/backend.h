@@ -79,6 +79,32 @@ struct CompressorArgs {
     EntryStore* out = nullptr;
 };
 
+// Softmax-gated pooling of non-overlapping groups of `rate` tokens (the DeepSeek-V4.1
+// compressor): out[c] = Σ_j kv[j][c] · softmax_j(gate[j][c]) over a group's tokens. Rows of `out`
+// are the groups that complete in this step, sequence by sequence in order; the tokens of a
+// group still filling wait in the carry (slot p % rate of the sequence's state row).
+struct PoolArgs {
+    Tensor kv, gate;  // [N, dim]
+    int rate = 2;
+    Tensor carry;     // [num_states, rate, 2 * dim]: kv | gate
+    Tensor out;       // [groups, dim]
+};
+
+// One row of an entry pool: the sequence (index into the store's tables) and its entry number.
+struct EntrySlot {
+    int32_t seq = 0;
+    int64_t entry = 0;
+};
+
+// Fake quantisation the DeepSeek-V4.1 checkpoints were trained with: each block of the last
+// dimension is scaled, rounded to nearest-even on the format's grid and scaled back. A last
+// dimension that is not a multiple of the block passes through unchanged.
+enum class QuantFormat {
+    kFp8Ue8m0x32,  // float8 e4m3, power-of-two scale per 32 channels (sliding-window KV)
+    kFp4E4m3x16,   // float4 e2m1, e4m3 scale per 16 channels (compressed KV entries)
+    kFp4Ue8m0x32,  // float4 e2m1, power-of-two scale per 32 channels (indexer queries and keys)
+};
+
 // Lightning-indexer selection: per token the top-k visible entries by Σ_h w_h · relu(q_h · k).
 struct IndexerArgs {
     Tensor q;        // [N, heads, dim], roped
@@ -88,6 +114,11 @@ struct IndexerArgs {
     int rate = 4;    // a token at p sees entries [0, (p + 1) / rate)
     int top_k = 0;
     Tensor out;      // [N, top_k] int32, -1 padded; ties go to the lower entry id
+    // Two-level selection (V4.1). candidates_in [N, c] int32 block ids (-1 padded): only entries in
+    // these blocks compete. candidates_out [N, c]: the top c blocks of candidate_block_size
+    // entries by their best visible entry, the block of the newest visible entry always kept.
+    int candidate_block_size = 0;
+    Tensor candidates_in, candidates_out;
 };
 
 // Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
@@ -133,6 +164,12 @@ public:
                         const MhcParams& p, Tensor& collapsed, Tensor& post, Tensor& comb) = 0;
     // streams[k] = post[k] * y + Σ_j comb[j, k] * streams[j], in place.
     virtual void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) = 0;
+    // hc_pre's coefficients without the collapse: pre [N, hc], post, comb (delayed mHC of V4.1,
+    // where a site's `pre` collapses the streams at the next site).
+    virtual void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                        const MhcParams& p, Tensor& pre, Tensor& post, Tensor& comb) = 0;
+    // out[N, D] = Σ_j pre[N, j] * streams[N, j, D].
+    virtual void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) = 0;
     // out[N, D] = Σ_j (sigmoid(rms(flat) · fnᵀ * scale + base) + eps)_j * streams[j].
     virtual void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                          const MhcParams& p, Tensor& out) = 0;
@@ -143,6 +180,11 @@ public:
     virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
     virtual void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) = 0;
     virtual void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) = 0;
+    virtual void pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& args) = 0;
+    // store.pool row of slots[i] = rows[i].
+    virtual void store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) = 0;
+    // In place on x [..., C].
+    virtual void fake_quantize(Tensor& x, QuantFormat format) = 0;
 
     // --- MoE ------------------------------------------------------------------------------------
     // scores = sqrt(softplus(logits)); ids = top-k of scores + bias, or tid2eid[token_ids] when

@@ -129,8 +129,21 @@ const char* attention_type_name(AttentionType t) {
 DeepseekV4Config parse_deepseek_v4_config(const json& j) {
     DI_CHECK(j.is_object(), "config.json is not a JSON object");
     std::string type = get_or<std::string>(j, "model_type", "");
-    DI_CHECK(type == "deepseek_v4", "unsupported model_type '{}' (this build supports: deepseek_v4)", type);
+    DI_CHECK(type == "deepseek_v4", "unsupported model_type '{}' (this build supports: deepseek_v4, deepseek_v41)", type);
     DeepseekV4Config c;
+    parse_deepseek_common(j, c);
+    const json rates = j.contains("compress_rates") && j["compress_rates"].is_object() ? j["compress_rates"] : json::object();
+    c.compress_rate_csa = get_or<int>(j, "compress_rate_csa", get_or<int>(rates, "compressed_sparse_attention", 4));
+    c.compress_rate_hca = get_or<int>(j, "compress_rate_hca", get_or<int>(rates, "heavily_compressed_attention", 128));
+    c.layer_types = parse_layer_types(j, c.num_hidden_layers);
+    c.mlp_layer_types = parse_mlp_types(j, c.num_hidden_layers);
+    DI_CHECK(c.rope_dim <= c.index_head_dim, "config.json: rope dim {} does not fit index_head_dim {}", c.rope_dim,
+             c.index_head_dim);
+    DI_CHECK(c.compress_rate_csa >= 1 && c.compress_rate_hca >= 1, "config.json: compress rates must be positive");
+    return c;
+}
+
+void parse_deepseek_common(const json& j, DeepseekV4Config& c) {
     c.vocab_size = get_or<int64_t>(j, "vocab_size", c.vocab_size);
     c.hidden_size = get_or<int64_t>(j, "hidden_size", c.hidden_size);
     c.num_hidden_layers = get_or<int>(j, "num_hidden_layers", c.num_hidden_layers);
@@ -160,12 +173,6 @@ DeepseekV4Config parse_deepseek_v4_config(const json& j) {
     else
         c.eos_token_ids = {get_or<int>(j, "eos_token_id", 1)};
 
-    const json rates = j.contains("compress_rates") && j["compress_rates"].is_object() ? j["compress_rates"] : json::object();
-    c.compress_rate_csa = get_or<int>(j, "compress_rate_csa", get_or<int>(rates, "compressed_sparse_attention", 4));
-    c.compress_rate_hca = get_or<int>(j, "compress_rate_hca", get_or<int>(rates, "heavily_compressed_attention", 128));
-    c.layer_types = parse_layer_types(j, c.num_hidden_layers);
-    c.mlp_layer_types = parse_mlp_types(j, c.num_hidden_layers);
-
     double prf = j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()
                      ? j["partial_rotary_factor"].get<double>()
                  : j.contains("qk_rope_head_dim") ? j["qk_rope_head_dim"].get<double>() / c.head_dim
@@ -183,15 +190,12 @@ DeepseekV4Config parse_deepseek_v4_config(const json& j) {
     DI_CHECK(get_or<std::string>(j, "scoring_func", "sqrtsoftplus") == "sqrtsoftplus",
              "config.json: scoring_func '{}' is not supported (sqrtsoftplus)", get_or<std::string>(j, "scoring_func", ""));
     DI_CHECK(get_or<std::string>(j, "hidden_act", "silu") == "silu", "config.json: hidden_act must be silu");
-    DI_CHECK(c.rope_dim > 0 && c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim && c.rope_dim <= c.index_head_dim,
-             "config.json: rope dim {} does not fit head_dim {} / index_head_dim {}", c.rope_dim, c.head_dim,
-             c.index_head_dim);
+    DI_CHECK(c.rope_dim > 0 && c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim,
+             "config.json: rope dim {} does not fit head_dim {}", c.rope_dim, c.head_dim);
     DI_CHECK(c.num_attention_heads % c.o_groups == 0, "config.json: {} heads do not split into {} o_groups",
              c.num_attention_heads, c.o_groups);
     DI_CHECK(c.num_experts_per_tok <= c.n_routed_experts, "config.json: num_experts_per_tok > n_routed_experts");
-    DI_CHECK(c.sliding_window >= 1 && c.compress_rate_csa >= 1 && c.compress_rate_hca >= 1 && c.hc_mult >= 1,
-             "config.json: sliding_window, compress rates and hc_mult must be positive");
-    return c;
+    DI_CHECK(c.sliding_window >= 1 && c.hc_mult >= 1, "config.json: sliding_window and hc_mult must be positive");
 }
 
 }  // namespace deepinfer::model

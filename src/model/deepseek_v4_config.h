@@ -56,6 +56,7 @@ struct DeepseekV4Config {
     int bos_token_id = 0;
     std::vector<int> eos_token_ids = {1};
     std::array<int, 2> fp8_block = {128, 128};  // quantization_config.weight_block_size
+    bool has_hc_head = true;  // V4: a learned mHC collapse before the final norm (V4.1 has none)
 
     int compress_rate(int layer) const;
 };
@@ -63,6 +64,8 @@ struct DeepseekV4Config {
 // Parses config.json contents; throws deepinfer::Error for an unknown model_type, unsupported
 // settings (another scoring function, several KV heads, ...) or inconsistent layer lists.
 DeepseekV4Config parse_deepseek_v4_config(const nlohmann::json& j);
+// The fields V4 and V4.1 share (dimensions, MoE, mHC, RoPE, eos, FP8 blocks) and their checks.
+void parse_deepseek_common(const nlohmann::json& j, DeepseekV4Config& c);
 
 const char* attention_type_name(AttentionType t);
 

@@ -7,23 +7,6 @@
 namespace deepinfer::model {
 namespace {
 
-// Candidate names for a per-layer tensor, under both prefixes.
-Names layer_names(int layer, std::initializer_list<std::string> suffixes) {
-    Names out;
-    for (const char* prefix : {"layers.", "model.layers."})
-        for (const auto& s : suffixes) out.push_back(fmt::format("{}{}.{}", prefix, layer, s));
-    return out;
-}
-
-Names global_names(std::initializer_list<std::string> names) {
-    Names out;
-    for (const auto& n : names) {
-        out.push_back(n);
-        out.push_back("model." + n);
-    }
-    return out;
-}
-
 struct Loader {
     const DeepseekV4Config& c;
     const WeightLoader& w;
@@ -119,9 +102,10 @@ V4Weights load_deepseek_v4_weights(const DeepseekV4Config& c, const WeightLoader
     out.embed = ld.matrix(global_names({"embed.weight", "embed_tokens.weight"}), {V, D});
     out.head = c.tie_word_embeddings ? out.embed : ld.matrix(global_names({"head.weight", "lm_head.weight"}), {V, D});
     out.norm = ld.param(global_names({"norm.weight"}), {D});
-    out.hc_head = {ld.param(global_names({"hc_head_fn", "hc_head.hc_fn"}), {hc, hc * D}),
-                   ld.param(global_names({"hc_head_base", "hc_head.hc_base"}), {hc}),
-                   ld.param(global_names({"hc_head_scale", "hc_head.hc_scale"}), {1})};
+    if (c.has_hc_head)
+        out.hc_head = {ld.param(global_names({"hc_head_fn", "hc_head.hc_fn"}), {hc, hc * D}),
+                       ld.param(global_names({"hc_head_base", "hc_head.hc_base"}), {hc}),
+                       ld.param(global_names({"hc_head_scale", "hc_head.hc_scale"}), {1})};
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         V4LayerWeights lw;
         lw.attn_hc = ld.mhc(l, "attn");

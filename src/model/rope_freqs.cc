@@ -37,4 +37,11 @@ std::vector<float> rope_inv_freq(const RopeConfig& rope, int rope_dim) {
     return inv;
 }
 
+kernels::Rope make_rope(const RopeConfig& rope, int rope_dim, kernels::Backend& backend) {
+    std::vector<float> inv = rope_inv_freq(rope, rope_dim);
+    Tensor host = Tensor::empty(DType::kF32, {static_cast<int64_t>(inv.size())});
+    std::copy(inv.begin(), inv.end(), host.data<float>());
+    return kernels::Rope{backend.upload(host), rope_dim, static_cast<float>(rope.attention_factor)};
+}
+
 }  // namespace deepinfer::model

@@ -1,11 +1,28 @@
 #include "model/weight_loader.h"
 
 #include <cmath>
+#include <cstring>
 #include <fmt/ranges.h>
 
 #include "base/error.h"
 
 namespace deepinfer::model {
+
+Names layer_names(int layer, std::initializer_list<std::string> suffixes) {
+    Names out;
+    for (const char* prefix : {"layers.", "model.layers."})
+        for (const auto& s : suffixes) out.push_back(fmt::format("{}{}.{}", prefix, layer, s));
+    return out;
+}
+
+Names global_names(std::initializer_list<std::string> names) {
+    Names out;
+    for (const auto& n : names) {
+        out.push_back(n);
+        out.push_back("model." + n);
+    }
+    return out;
+}
 namespace {
 
 Tensor widen_to_f32(const Tensor& t) {
@@ -55,6 +72,14 @@ Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) cons
             fail("tensor '{}' in {} has dtype {}, which is not supported for weights (bf16, fp32, fp16, fp8 e4m3)", name,
                  ckpt_.file_of(name), dtype_name(t.dtype()));
     }
+}
+
+Tensor WeightLoader::matrix_f32_copy(const Names& names, std::vector<int64_t> shape) const {
+    Tensor m = matrix(names, std::move(shape));
+    if (m.dtype() != DType::kF32) return widen_to_f32(m);
+    Tensor copy = Tensor::empty(DType::kF32, m.shape());
+    std::memcpy(copy.raw(), m.raw(), m.nbytes());
+    return copy;
 }
 
 Tensor WeightLoader::param(const Names& names, std::vector<int64_t> shape) const {

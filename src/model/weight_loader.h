@@ -7,6 +7,7 @@
 //  - table(): integer tables (tid2eid) as stored.
 // Each takes candidate names (release, HF-saved and HF-module spellings); errors name them all.
 #include <array>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ namespace deepinfer::model {
 
 using Names = std::vector<std::string>;
 
+// Candidate names of a per-layer tensor: "layers.L.<suffix>" and "model.layers.L.<suffix>".
+Names layer_names(int layer, std::initializer_list<std::string> suffixes);
+// Candidate names of a global tensor, with and without the "model." prefix.
+Names global_names(std::initializer_list<std::string> names);
+
 class WeightLoader {
 public:
     WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block) : ckpt_(ckpt), fp8_block_(fp8_block) {}
@@ -24,6 +30,8 @@ public:
     bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
     Tensor matrix(const Names& names, std::vector<int64_t> shape) const;
     Tensor param(const Names& names, std::vector<int64_t> shape) const;
+    // matrix() widened to a fresh fp32 copy the caller may modify.
+    Tensor matrix_f32_copy(const Names& names, std::vector<int64_t> shape) const;
     Tensor table(const Names& names, std::vector<int64_t> shape) const;
 
 private:

@@ -99,7 +99,7 @@ class GenerateCli : public LogitsCli {
 protected:
     void SetUp() override {
         LogitsCli::SetUp();
-        model_ = test::make_model_dir("v4_tiny_a", 1024);
+        model_ = test::make_model_dir("v4/v4_tiny_a", 1024);
     }
     std::string engine_flags() const { return " --model " + model_ + " --threads 2 --cache-memory 16MiB --max-sequences 8"; }
 };

@@ -283,6 +283,115 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
     }
 }
 
+TEST_P(BackendOps, DelayedMhc) {
+    int hc = 4;
+    int64_t n = 6, d = 20, mix = (2 + hc) * hc;
+    Tensor streams = random_f32({n, hc, d}, rng), fn = random_f32({mix, hc * d}, rng, 0.1f);
+    Tensor base = random_f32({mix}, rng), scale = random_f32({3}, rng);
+    MhcParams p{hc, 7, 1e-6f, 1e-20f};
+    Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa), qa = copy_of(pa), qb = copy_of(pa);
+    Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
+    cpu->hc_mix(streams, fn, base, scale, p, pa, qa, ma);
+    ref->hc_mix(streams, fn, base, scale, p, pb, qb, mb);
+    EXPECT_TRUE(all_close(pa, pb, tol));
+    EXPECT_TRUE(all_close(qa, qb, tol));
+    EXPECT_TRUE(all_close(ma, mb, tol));
+    Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
+    cpu->hc_collapse(streams, pa, ca);
+    ref->hc_collapse(streams, pa, cb);
+    EXPECT_TRUE(all_close(ca, cb, tol));
+}
+
+TEST_P(BackendOps, FakeQuantizeMatchesBruteForceGrid) {
+    for (QuantFormat f : {QuantFormat::kFp8Ue8m0x32, QuantFormat::kFp4E4m3x16, QuantFormat::kFp4Ue8m0x32}) {
+        Tensor x = random_f32({7, 64}, rng, 3.0f);
+        for (int64_t i = 0; i < 32; ++i) x.data<float>()[i] *= 1e-3f;  // a block of small magnitudes
+        Tensor a = copy_of(x), b = copy_of(x);
+        cpu->fake_quantize(a, f);
+        ref->fake_quantize(b, f);
+        EXPECT_TRUE(all_close(a, b, 0.0)) << static_cast<int>(f);
+        EXPECT_FALSE(all_close(a, x, 1e-7)) << "quantisation changed nothing";
+        Tensor odd = random_f32({3, 24}, rng), kept = copy_of(odd);  // 24 is no multiple of the block
+        if (f != QuantFormat::kFp4E4m3x16) {
+            cpu->fake_quantize(odd, f);
+            EXPECT_TRUE(all_close(odd, kept, 0.0));
+        }
+    }
+}
+
+TEST_P(BackendOps, PairPoolingAndEntryStores) {
+    int rate = 2;
+    int64_t dim = 12;
+    Scenario sc = make_scenario(rng, dim, rate, 3);
+    PoolArgs a;
+    a.kv = random_f32({sc.num_tokens, dim}, rng);
+    a.gate = random_f32({sc.num_tokens, dim}, rng, 2.0f);
+    a.rate = rate;
+    a.carry = random_f32({3, rate, 2 * dim}, rng);
+    int64_t groups = 0;
+    std::vector<EntrySlot> slots;
+    for (size_t s = 0; s < sc.seqs.size(); ++s)
+        for (int64_t e = sc.seqs[s].start_pos / rate; e < (sc.seqs[s].start_pos + sc.seqs[s].num_tokens) / rate; ++e, ++groups)
+            slots.push_back({static_cast<int32_t>(s), e});
+    a.out = Tensor::empty(DType::kF32, {groups, dim});
+    PoolArgs b = a;
+    b.carry = copy_of(a.carry);
+    b.out = Tensor::empty(DType::kF32, {groups, dim});
+    cpu->pool_groups(sc.seqs, a);
+    ref->pool_groups(sc.seqs, b);
+    EXPECT_TRUE(all_close(a.out, b.out, tol));
+    EXPECT_TRUE(all_close(a.carry, b.carry, 0.0));
+    EntryStore sa = sc.store(), sb = sc.store();
+    sb.pool = copy_of(sc.pool);
+    cpu->store_entries(slots, a.out, sa);
+    ref->store_entries(slots, a.out, sb);
+    EXPECT_TRUE(all_close(sa.pool, sb.pool, 0.0));
+}
+
+TEST_P(BackendOps, TwoLevelIndexerSelection) {
+    int rate = 1, dim = 16, top_k = 5, block = 4, blocks = 3;
+    Scenario sc = make_scenario(rng, dim, rate, 8);
+    EntryStore keys = sc.store();
+    IndexerArgs a;
+    a.q = random_f32({sc.num_tokens, 2, dim}, rng);
+    a.weights = random_f32({sc.num_tokens, 2}, rng);
+    a.scale = 0.25f;
+    a.keys = &keys;
+    a.rate = rate;
+    a.top_k = top_k;
+    a.candidate_block_size = block;
+    a.candidates_out = Tensor::empty(DType::kI32, {sc.num_tokens, blocks});
+    a.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+    IndexerArgs b = a;
+    b.candidates_out = Tensor::empty(DType::kI32, {sc.num_tokens, blocks});
+    b.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+    cpu->indexer_topk(sc.seqs, a);
+    ref->indexer_topk(sc.seqs, b);
+    auto sorted_row = [](const Tensor& t, int64_t r) {
+        std::vector<int32_t> v(t.data<int32_t>() + r * t.dim(1), t.data<int32_t>() + (r + 1) * t.dim(1));
+        std::sort(v.begin(), v.end());
+        return v;
+    };
+    for (int64_t r = 0; r < sc.num_tokens; ++r) EXPECT_EQ(sorted_row(a.candidates_out, r), sorted_row(b.candidates_out, r));
+    // A second index source restricted to those blocks picks only inside them.
+    a.candidates_in = b.candidates_in = a.candidates_out;
+    a.candidates_out = b.candidates_out = Tensor();
+    a.q = b.q = random_f32({sc.num_tokens, 2, dim}, rng);
+    cpu->indexer_topk(sc.seqs, a);
+    ref->indexer_topk(sc.seqs, b);
+    for (int64_t r = 0; r < sc.num_tokens; ++r) {
+        EXPECT_EQ(sorted_row(a.out, r), sorted_row(b.out, r)) << "row " << r;
+        std::vector<int32_t> allowed = sorted_row(a.candidates_in, r);
+        for (int32_t e : sorted_row(a.out, r))
+            if (e >= 0) EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), e / block)) << e;
+    }
+    for (const auto& s : sc.seqs) {  // the block of the newest visible entry is always a candidate
+        int64_t r = s.token_begin + s.num_tokens - 1, newest_block = (s.start_pos + s.num_tokens - 1) / block;
+        std::vector<int32_t> c = sorted_row(a.candidates_in, r);
+        if (s.num_tokens > 0) EXPECT_TRUE(std::binary_search(c.begin(), c.end(), newest_block));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::Values("scalar", "avx2", "avx512", "cuda"),
                          [](const auto& info) { return info.param; });
 

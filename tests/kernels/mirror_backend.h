@@ -75,6 +75,19 @@ public:
         dev_->hc_post(s, up(y), up(post), up(comb));
         down(s, streams);
     }
+    void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                Tensor& pre, Tensor& post, Tensor& comb) override {
+        Tensor pr = up(pre), po = up(post), cb = up(comb);
+        dev_->hc_mix(up(streams), up(fn), up(base), up(scale), p, pr, po, cb);
+        down(pr, pre);
+        down(po, post);
+        down(cb, comb);
+    }
+    void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) override {
+        Tensor o = up(out);
+        dev_->hc_collapse(up(streams), up(pre), o);
+        down(o, out);
+    }
     void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                  Tensor& out) override {
         Tensor o = up(out);
@@ -111,11 +124,31 @@ public:
     void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override {
         IndexerArgs a = args;
         a.q = up(args.q), a.weights = up(args.weights), a.out = up(args.out);
+        if (args.candidates_in.defined()) a.candidates_in = up(args.candidates_in);
+        if (args.candidates_out.defined()) a.candidates_out = up(args.candidates_out);
         EntryStore keys = up(*args.keys);
         a.keys = &keys;
         dev_->indexer_topk(seqs, a);
         Tensor out = args.out;
         down(a.out, out);
+        if (args.candidates_out.defined()) down(a.candidates_out, args.candidates_out);
+    }
+    void pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& args) override {
+        PoolArgs a = args;
+        a.kv = up(args.kv), a.gate = up(args.gate), a.carry = up(args.carry), a.out = up(args.out);
+        dev_->pool_groups(seqs, a);
+        down(a.carry, args.carry);
+        down(a.out, args.out);
+    }
+    void store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) override {
+        EntryStore s = up(store);
+        dev_->store_entries(slots, up(rows), s);
+        down(s.pool, store.pool);
+    }
+    void fake_quantize(Tensor& x, QuantFormat format) override {
+        Tensor o = up(x);
+        dev_->fake_quantize(o, format);
+        down(o, x);
     }
 
     void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,

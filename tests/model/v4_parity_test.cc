@@ -5,58 +5,20 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "core/safetensors.h"
 #include "kernels/backend.h"
 #include "kernels/ref/ref_backend.h"
 #include "model/archs/deepseek_v4.h"
 #include "runtime/sequence_logits.h"
+#include "tests/model/parity_util.h"
 #include "tests/test_util.h"
 
 namespace deepinfer {
 namespace {
 
-struct Fixture {
-    std::string dir;
-    std::vector<int32_t> ids;
-    Tensor reference;  // [L, V]
-};
+using test::expect_parity;
+using test::Fixture;
 
-Fixture load_fixture(const std::string& name) {
-    Fixture f;
-    f.dir = test::data_path("v4/" + name);
-    SafetensorsFile ref(f.dir + "/reference.safetensors");
-    Tensor ids = ref.tensor("input_ids");
-    for (int64_t i = 0; i < ids.numel(); ++i) f.ids.push_back(static_cast<int32_t>(ids.data<int64_t>()[i]));
-    f.reference = ref.tensor("logits");
-    return f;
-}
-
-// The bar: max |Δ| <= 2e-2 * max |ref| and argmax equal at >= 99.5% of positions.
-void expect_parity(const Tensor& got, const Tensor& ref, const std::string& what) {
-    int64_t rows = ref.dim(0), vocab = ref.dim(1);
-    double max_ref = 0.0, max_diff = 0.0;
-    int64_t same_argmax = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* g = got.data<float>() + r * vocab;
-        const float* e = ref.data<float>() + r * vocab;
-        int64_t ag = 0, ae = 0;
-        for (int64_t v = 0; v < vocab; ++v) {
-            max_ref = std::max(max_ref, std::fabs(static_cast<double>(e[v])));
-            max_diff = std::max(max_diff, std::fabs(static_cast<double>(g[v]) - e[v]));
-            if (g[v] > g[ag]) ag = v;
-            if (e[v] > e[ae]) ae = v;
-        }
-        same_argmax += ag == ae;
-    }
-    EXPECT_LE(max_diff, 2e-2 * max_ref) << what;
-    EXPECT_GE(static_cast<double>(same_argmax) / rows, 0.995) << what;
-    // Far tighter than the bar: fp32 compute on the same bf16 weights should agree to ~1e-5 (the CUDA
-    // GEMMs too: they split activations into two bf16 halves). Rounding activations to bf16 alone
-    // moves these random-weight fixtures' logits by up to 30% of max|ref|.
-    EXPECT_LE(max_diff, 1e-3 * max_ref) << what << " (tight bound)";
-    std::printf("%s: max|diff| %.3g (max|ref| %.3g), argmax equal %ld/%ld\n", what.c_str(), max_diff, max_ref,
-                static_cast<long>(same_argmax), static_cast<long>(rows));
-}
+Fixture load_fixture(const std::string& name) { return test::load_fixture("v4/" + name); }
 
 class V4Parity : public ::testing::TestWithParam<std::string> {};
 

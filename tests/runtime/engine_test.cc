@@ -4,12 +4,13 @@
 // request errors.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "core/safetensors.h"
 #include "deepinfer/engine.h"
 #include "kernels/backend.h"
-#include "model/archs/deepseek_v4.h"
+#include "model/causal_lm.h"
 #include "runtime/sequence_logits.h"
 #include "tests/runtime/test_models.h"
 
@@ -47,7 +48,7 @@ Result collect(RequestStream& stream, int n = 1) {
 class EngineTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = new std::string(test::make_model_dir("v4_tiny_a", 1024));
+        dir_ = new std::string(test::make_model_dir("v4/v4_tiny_a", 1024));
         SafetensorsFile ref(*dir_ + "/reference.safetensors");
         Tensor ids = ref.tensor("input_ids");
         ids_ = new std::vector<int32_t>();
@@ -84,15 +85,28 @@ std::vector<int32_t>* EngineTest::ids_ = nullptr;
 
 const std::vector<std::pair<int, int>> kPrompts = {{0, 5}, {10, 17}, {3, 40}, {50, 64}, {7, 100}, {90, 3}};
 
-TEST_F(EngineTest, BatchedGreedyEqualsAloneAndFullRecompute) {
+// Greedy continuations of kPrompts generated together (prompts prefilled in chunks between
+// decode steps) equal each request alone and the argmax of a full recompute.
+void expect_batched_greedy_consistent(const std::string& dir, const std::vector<int32_t>& ids,
+                                      const std::vector<std::pair<int, int>>& prompts,
+                                      const std::function<std::unique_ptr<Engine>(int, bool)>& engine) {
+    auto prompt = [&](int b, int n) { return std::vector<int32_t>(ids.begin() + b, ids.begin() + b + n); };
+    auto greedy = [](std::vector<int32_t> p) {
+        GenerationRequest r;
+        r.prompt_tokens = std::move(p);
+        r.sampling.temperature = 0.0f;
+        r.sampling.max_tokens = 20;
+        r.sampling.ignore_eos = true;
+        return r;
+    };
     std::vector<std::vector<int32_t>> alone;
     {
-        auto e = engine(512, 64 << 20, false);
-        for (auto [b, n] : kPrompts) alone.push_back(collect(*e->submit(greedy(prompt(b, n), 20))).tokens[0]);
+        auto e = engine(512, false);
+        for (auto [b, n] : prompts) alone.push_back(collect(*e->submit(greedy(prompt(b, n)))).tokens[0]);
     }
-    auto e = engine(32);  // small budget: prompts prefill in chunks between decode steps
+    auto e = engine(32, true);  // small budget: prompts prefill in chunks between decode steps
     std::vector<std::shared_ptr<RequestStream>> streams;
-    for (auto [b, n] : kPrompts) streams.push_back(e->submit(greedy(prompt(b, n), 20)));
+    for (auto [b, n] : prompts) streams.push_back(e->submit(greedy(prompt(b, n))));
     for (size_t i = 0; i < streams.size(); ++i) {
         Result r = collect(*streams[i]);
         EXPECT_EQ(r.tokens[0], alone[i]) << "request " << i;
@@ -101,18 +115,43 @@ TEST_F(EngineTest, BatchedGreedyEqualsAloneAndFullRecompute) {
     }
     // Full recompute: one prefill of prompt + output; every generated token is that pass's argmax.
     auto backend = kernels::make_cpu_backend(2);
-    model::DeepseekV4Model m(*dir_, *backend);
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-        std::vector<int32_t> seq = prompt(kPrompts[i].first, kPrompts[i].second);
+    auto m = model::load_causal_lm(dir, *backend);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        std::vector<int32_t> seq = prompt(prompts[i].first, prompts[i].second);
         seq.insert(seq.end(), alone[i].begin(), alone[i].end() - 1);
-        Tensor logits = runtime::sequence_logits(m, seq, {});
+        Tensor logits = runtime::sequence_logits(*m, seq, {});
         int64_t vocab = logits.dim(1);
         for (size_t t = 0; t < alone[i].size(); ++t) {
-            const float* row = logits.data<float>() + (kPrompts[i].second - 1 + t) * vocab;
+            const float* row = logits.data<float>() + (prompts[i].second - 1 + t) * vocab;
             EXPECT_EQ(std::max_element(row, row + vocab) - row, alone[i][t]) << "request " << i << " token " << t;
         }
     }
     EXPECT_GT(e->stats().steps, 20);
+}
+
+TEST_F(EngineTest, BatchedGreedyEqualsAloneAndFullRecompute) {
+    expect_batched_greedy_consistent(*dir_, *ids_, kPrompts, [](int budget, bool async) { return engine(budget, 64 << 20, async); });
+}
+
+// The same on DeepSeek-V4.1 (YOCO sources, candidate filter, pair pooling with carries).
+TEST(EngineV41, BatchedGreedyEqualsAloneAndFullRecompute) {
+    std::string dir = test::make_model_dir("v41/v41_tiny_a", 512);
+    SafetensorsFile ref(dir + "/reference.safetensors");
+    Tensor t = ref.tensor("input_ids");
+    std::vector<int32_t> ids(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+    std::vector<std::pair<int, int>> prompts = {{0, 5}, {10, 17}, {3, 40}, {50, 30}, {7, 70}, {60, 3}};
+    expect_batched_greedy_consistent(dir, ids, prompts, [&](int budget, bool async) {
+        EngineConfig c;
+        c.model.path = dir;
+        c.model.threads = 2;
+        c.model.device = test::device();
+        c.cache.memory_bytes = 64 << 20;
+        c.cache.max_sequences = 16;
+        c.cache.block_size = 4;
+        c.scheduler.max_batch_tokens = budget;
+        c.scheduler.async_scheduling = async;
+        return Engine::create(c);
+    });
 }
 
 // HF greedy continuations (each step a full forward without cache, scripts/gen_v4_greedy_reference.py)
@@ -120,7 +159,7 @@ TEST_F(EngineTest, BatchedGreedyEqualsAloneAndFullRecompute) {
 TEST(EngineHfGreedy, BatchedGenerationEqualsHfFullForwardRecompute) {
     for (auto [fixture, vocab] : {std::pair{"v4_tiny_a", 1024}, std::pair{"v4_tiny_b", 768}}) {
         EngineConfig c;
-        c.model.path = test::make_model_dir(fixture, vocab);
+        c.model.path = test::make_model_dir(std::string("v4/") + fixture, vocab);
         c.model.threads = 2;
         c.model.device = test::device();
         c.cache.memory_bytes = 16 << 20;

@@ -1,5 +1,5 @@
 #pragma once
-// Engine test helpers: a model directory = a V4 fixture checkpoint plus a synthetic byte-level
+// Engine test helpers: a model directory = a fixture checkpoint plus a synthetic byte-level
 // BPE tokenizer.json whose vocabulary exactly covers the fixture's (256 byte tokens, then merges),
 // so generated ids decode to text and stop strings can be exercised.
 #include <filesystem>
@@ -15,11 +15,13 @@
 
 namespace deepinfer::test {
 
+// `fixture` is a directory under tests/data ("v4/v4_tiny_a").
 inline std::string make_model_dir(const std::string& fixture, int vocab) {
     namespace fs = std::filesystem;
-    fs::path dir = fs::temp_directory_path() / ("di_model_" + fixture + "_" + std::to_string(::getpid()));
+    std::string name = fs::path(fixture).filename().string();
+    fs::path dir = fs::temp_directory_path() / ("di_model_" + name + "_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    for (const auto& e : fs::directory_iterator(data_path("v4/" + fixture)))
+    for (const auto& e : fs::directory_iterator(data_path(fixture)))
         fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
     nlohmann::json vocab_map = nlohmann::json::object(), merges = nlohmann::json::array();
     std::vector<std::string> tokens;

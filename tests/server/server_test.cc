@@ -56,7 +56,7 @@ Sse parse_sse(const std::string& body) {
 class ServerTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = new std::string(test::make_model_dir("v4_tiny_a", 1024));
+        dir_ = new std::string(test::make_model_dir("v4/v4_tiny_a", 1024));
         EngineConfig c;
         c.model.path = *dir_;
         c.model.name = "tiny";
@@ -213,7 +213,7 @@ TEST_F(ServerTest, ManyConcurrentStreams) {
 
 // `deepinfer serve` as a process: SIGTERM lets an in-flight stream finish, then exits 0.
 TEST(ServeProcess, SigtermDrainsAndExits) {
-    std::string dir = test::make_model_dir("v4_tiny_b", 768);
+    std::string dir = test::make_model_dir("v4/v4_tiny_b", 768);
     int out[2];
     ASSERT_EQ(pipe(out), 0);
     pid_t pid = fork();

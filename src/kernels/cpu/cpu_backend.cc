@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/math.h"
+#include "kernels/quant_grid.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -151,6 +152,17 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tenso
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads, Isa isa) {
     return std::make_unique<CpuBackend>(num_threads, isa);
+}
+
+void CpuBackend::fake_quantize(Tensor& x, QuantFormat format) {
+    check_f32(x, "fake_quantize");
+    int64_t cols = x.dim(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+    int block = quant::block_of(format);
+    if (cols % block != 0) return;
+    pool_.parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r)
+            for (int64_t c = 0; c < cols; c += block) quant::quantize_block(format, x.data<float>() + r * cols + c, block);
+    });
 }
 
 }  // namespace deepinfer::kernels::cpu

@@ -35,6 +35,9 @@ public:
     void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                 Tensor& collapsed, Tensor& post, Tensor& comb) override;
     void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+    void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                Tensor& pre, Tensor& post, Tensor& comb) override;
+    void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) override;
     void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                  Tensor& out) override;
 
@@ -42,6 +45,9 @@ public:
     void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
     void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
     void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;
+    void pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& args) override;
+    void store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) override;
+    void fake_quantize(Tensor& x, QuantFormat format) override;
 
     void moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
                    float scaling, Tensor& ids, Tensor& weights) override;
@@ -52,6 +58,9 @@ public:
     void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
 
 private:
+    void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                          const MhcParams& p, float* pre, Tensor& post, Tensor& comb);
+
     ThreadPool pool_;
     Isa isa_;
     std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step

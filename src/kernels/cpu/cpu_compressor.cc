@@ -97,9 +97,53 @@ void CpuBackend::compressor_update(std::span<const SeqSlice> seqs, const Compres
     });
 }
 
+namespace {
+
+// Writes the `k` best of `ids` by score (ties to the lower id) to out, -1 padded.
+void write_top(std::vector<int32_t>& ids, const float* score, int64_t k, int32_t* out) {
+    int64_t keep = std::min<int64_t>(k, static_cast<int64_t>(ids.size()));
+    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t x, int32_t y) {
+        return score[x] > score[y] || (score[x] == score[y] && x < y);
+    });
+    for (int64_t i = 0; i < k; ++i) out[i] = i < keep ? ids[i] : -1;
+}
+
+// The entries a token's selection ranks: all visible ones, or those inside its candidate blocks.
+void competing_entries(const IndexerArgs& a, int64_t row, int64_t visible, std::vector<int32_t>& ids) {
+    ids.clear();
+    if (!a.candidates_in.defined()) {
+        ids.resize(visible);
+        std::iota(ids.begin(), ids.end(), 0);
+        return;
+    }
+    int64_t c = a.candidates_in.dim(1), bs = a.candidate_block_size;
+    const int32_t* blocks = a.candidates_in.data<int32_t>() + row * c;
+    for (int64_t i = 0; i < c; ++i) {
+        if (blocks[i] < 0) continue;
+        for (int64_t e = blocks[i] * bs; e < std::min(visible, (blocks[i] + 1) * bs); ++e) ids.push_back(static_cast<int32_t>(e));
+    }
+}
+
+// Candidate blocks of one token: best entry per block, the newest visible block pinned.
+void pick_candidate_blocks(const IndexerArgs& a, int64_t row, int64_t visible, const std::vector<float>& score) {
+    int64_t bs = a.candidate_block_size, c = a.candidates_out.dim(1), nb = (visible + bs - 1) / bs;
+    thread_local std::vector<float> best;
+    thread_local std::vector<int32_t> ids;
+    best.assign(nb, -std::numeric_limits<float>::infinity());
+    for (int64_t e = 0; e < visible; ++e) best[e / bs] = std::max(best[e / bs], score[e]);
+    if (nb > 0) best[nb - 1] = std::numeric_limits<float>::infinity();
+    ids.resize(nb);
+    std::iota(ids.begin(), ids.end(), 0);
+    write_top(ids, best.data(), c, a.candidates_out.data<int32_t>() + row * c);
+}
+
+}  // namespace
+
 void CpuBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& a) {
     int64_t heads = a.q.dim(1), dim = a.q.dim(2), k = a.top_k;
     DI_CHECK(a.out.dim(1) == k, "indexer: output {} does not hold top_k={}", a.out.shape_string(), k);
+    DI_CHECK(a.candidate_block_size > 0 || (!a.candidates_in.defined() && !a.candidates_out.defined()),
+             "indexer: candidate blocks need a block size");
     struct Item { int seq, token; };
     std::vector<Item> items;
     for (int s = 0; s < static_cast<int>(seqs.size()); ++s)
@@ -110,7 +154,7 @@ void CpuBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs&
         int64_t row = s.token_begin + it.token, pos = s.start_pos + it.token;
         int64_t visible = (pos + 1) / a.rate;
         thread_local std::vector<float> keys, dots, score;
-        thread_local std::vector<int32_t> order;
+        thread_local std::vector<int32_t> ids;
         keys.resize(visible * dim);
         for (int64_t e = 0; e < visible; ++e)
             std::memcpy(keys.data() + e * dim, entry_row(*a.keys, it.seq, e), dim * sizeof(float));
@@ -122,15 +166,53 @@ void CpuBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs&
         const float* w = a.weights.data<float>() + row * heads;
         for (int64_t h = 0; h < heads; ++h)
             for (int64_t e = 0; e < visible; ++e) score[e] += w[h] * a.scale * std::max(dots[h * visible + e], 0.0f);
-        order.resize(visible);
-        std::iota(order.begin(), order.end(), 0);
-        int64_t keep = std::min(k, visible);
-        std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t x, int32_t y) {
-            return score[x] > score[y] || (score[x] == score[y] && x < y);
-        });
-        int32_t* out = a.out.data<int32_t>() + row * k;
-        for (int64_t i = 0; i < k; ++i) out[i] = i < keep ? order[i] : -1;
+        competing_entries(a, row, visible, ids);
+        write_top(ids, score.data(), k, a.out.data<int32_t>() + row * k);
+        if (a.candidates_out.defined()) pick_candidate_blocks(a, row, visible, score);
     });
+}
+
+void CpuBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
+    int64_t dim = a.kv.dim(1), rate = a.rate;
+    DI_CHECK(a.carry.dim(1) == rate && a.carry.dim(2) == 2 * dim, "pool_groups: carry {} does not match rate {} dim {}",
+             a.carry.shape_string(), rate, dim);
+    std::vector<int64_t> first_row(seqs.size() + 1, 0);
+    for (size_t s = 0; s < seqs.size(); ++s)
+        first_row[s + 1] = first_row[s] + (seqs[s].start_pos + seqs[s].num_tokens) / rate - seqs[s].start_pos / rate;
+    DI_CHECK(a.out.dim(0) == first_row.back(), "pool_groups: out has {} rows for {} groups", a.out.dim(0),
+             first_row.back());
+    pool_.run(static_cast<int64_t>(seqs.size()), [&](int64_t si) {
+        const SeqSlice& s = seqs[si];
+        float* carry = a.carry.data<float>() + static_cast<int64_t>(s.state_idx) * rate * 2 * dim;
+        int64_t out_row = first_row[si];
+        for (int t = 0; t < s.num_tokens; ++t) {
+            int64_t pos = s.start_pos + t, row = s.token_begin + t;
+            float* slot = carry + (pos % rate) * 2 * dim;
+            std::memcpy(slot, a.kv.data<float>() + row * dim, dim * sizeof(float));
+            std::memcpy(slot + dim, a.gate.data<float>() + row * dim, dim * sizeof(float));
+            if ((pos + 1) % rate != 0) continue;
+            float* out = a.out.data<float>() + out_row++ * dim;
+            for (int64_t ch = 0; ch < dim; ++ch) {
+                float mx = -std::numeric_limits<float>::infinity();
+                for (int64_t j = 0; j < rate; ++j) mx = std::max(mx, carry[j * 2 * dim + dim + ch]);
+                float sum = 0.0f, acc = 0.0f;
+                for (int64_t j = 0; j < rate; ++j) {
+                    float e = std::exp(carry[j * 2 * dim + dim + ch] - mx);
+                    sum += e;
+                    acc += e * carry[j * 2 * dim + ch];
+                }
+                out[ch] = acc / sum;
+            }
+        }
+    });
+}
+
+void CpuBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) {
+    int64_t dim = store.pool.dim(2);
+    DI_CHECK(rows.dim(0) == static_cast<int64_t>(slots.size()) && rows.dim(1) == dim,
+             "store_entries: {} rows of {} for {} slots of width {}", rows.dim(0), rows.dim(1), slots.size(), dim);
+    for (size_t i = 0; i < slots.size(); ++i)
+        std::memcpy(entry_row(store, slots[i].seq, slots[i].entry), rows.data<float>() + i * dim, dim * sizeof(float));
 }
 
 }  // namespace deepinfer::kernels::cpu

@@ -65,32 +65,55 @@ void collapse(const float* streams, const float* weights, int hc, int64_t d, flo
 
 }  // namespace
 
-void CpuBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
-                        const MhcParams& p, Tensor& collapsed, Tensor& post, Tensor& comb) {
+// Per token: pre [hc] (sigmoid + eps), post [hc] and Sinkhorn-normalised comb [hc, hc].
+void CpuBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                                  const MhcParams& p, float* pre, Tensor& post, Tensor& comb) {
     int hc = p.hc;
     int64_t n = streams.dim(0), d = streams.dim(2);
     int64_t width = (2 + hc) * hc;
-    DI_CHECK(fn.dim(0) == width && fn.dim(1) == hc * d, "hc_pre: fn {} does not match hc={} D={}", fn.shape_string(),
-             hc, d);
+    DI_CHECK(fn.dim(0) == width && fn.dim(1) == hc * d, "mHC: fn {} does not match hc={} D={}", fn.shape_string(), hc,
+             d);
     Tensor flat = normalized_flat(pool_, streams, p.norm_eps);
     std::vector<float> mixes(n * width);
     gemm(flat.data<float>(), hc * d, fn, mixes.data(), width, n);
     const float* b = base.data<float>();
     const float* s = scale.data<float>();
     pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> pre(hc);
         for (int64_t i = begin; i < end; ++i) {
             const float* m = mixes.data() + i * width;
             float* po = post.data<float>() + i * hc;
             float* cb = comb.data<float>() + i * hc * hc;
             for (int j = 0; j < hc; ++j) {
-                pre[j] = sigmoid(m[j] * s[0] + b[j]) + p.hc_eps;
+                pre[i * hc + j] = sigmoid(m[j] * s[0] + b[j]) + p.hc_eps;
                 po[j] = 2.0f * sigmoid(m[hc + j] * s[1] + b[hc + j]);
             }
             for (int j = 0; j < hc * hc; ++j) cb[j] = m[2 * hc + j] * s[2] + b[2 * hc + j];
             sinkhorn(cb, hc, p.sinkhorn_iters, p.hc_eps);
-            collapse(streams.data<float>() + i * hc * d, pre.data(), hc, d, collapsed.data<float>() + i * d);
         }
+    });
+}
+
+void CpuBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                        const MhcParams& p, Tensor& collapsed, Tensor& post, Tensor& comb) {
+    std::vector<float> pre(streams.dim(0) * p.hc);
+    mix_coefficients(streams, fn, base, scale, p, pre.data(), post, comb);
+    Tensor pre_t = Tensor::wrap(pre.data(), DType::kF32, {streams.dim(0), p.hc}, nullptr);
+    hc_collapse(streams, pre_t, collapsed);
+}
+
+void CpuBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                        const MhcParams& p, Tensor& pre, Tensor& post, Tensor& comb) {
+    mix_coefficients(streams, fn, base, scale, p, pre.data<float>(), post, comb);
+}
+
+void CpuBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) {
+    int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
+    DI_CHECK(pre.dim(0) == n && pre.dim(1) == hc, "hc_collapse: pre {} does not match streams {}", pre.shape_string(),
+             streams.shape_string());
+    pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+            collapse(streams.data<float>() + i * hc * d, pre.data<float>() + i * hc, static_cast<int>(hc), d,
+                     out.data<float>() + i * d);
     });
 }
 

@@ -109,25 +109,83 @@ void RefBackend::compressor_update(std::span<const SeqSlice> seqs, const Compres
     }
 }
 
+namespace {
+
+// Ids of the k best (score, id) pairs, best first, ties to the lower id; -1 padded.
+void write_best(std::vector<std::pair<double, int32_t>> scored, int64_t k, int32_t* out) {
+    for (auto& [score, id] : scored) score = -score;  // ascending = best first
+    std::sort(scored.begin(), scored.end());
+    for (int64_t i = 0; i < k; ++i) out[i] = i < static_cast<int64_t>(scored.size()) ? scored[i].second : -1;
+}
+
+bool in_candidates(const IndexerArgs& a, int64_t row, int64_t e) {
+    if (!a.candidates_in.defined()) return true;
+    for (int64_t i = 0; i < a.candidates_in.dim(1); ++i) {
+        int32_t b = a.candidates_in.data<int32_t>()[row * a.candidates_in.dim(1) + i];
+        if (b >= 0 && e / a.candidate_block_size == b) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
 void RefBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& a) {
     int64_t heads = a.q.dim(1), dim = a.q.dim(2), k = a.top_k;
     for (size_t s = 0; s < seqs.size(); ++s) {
         const SeqSlice& sl = seqs[s];
         for (int t = 0; t < sl.num_tokens; ++t) {
             int64_t pos = sl.start_pos + t, row = sl.token_begin + t, visible = (pos + 1) / a.rate;
-            std::vector<std::pair<double, int32_t>> scored;
-            for (int64_t e = 0; e < visible; ++e) {
-                double score = 0.0;
+            std::vector<double> score(visible, 0.0);
+            for (int64_t e = 0; e < visible; ++e)
                 for (int64_t h = 0; h < heads; ++h)
-                    score += a.weights.data<float>()[row * heads + h] * static_cast<double>(a.scale) *
-                             std::max(0.0, dot(a.q.data<float>() + (row * heads + h) * dim, entry_ptr(*a.keys, s, e), dim));
-                scored.emplace_back(-score, static_cast<int32_t>(e));  // ascending = best first, ties to lower id
+                    score[e] += a.weights.data<float>()[row * heads + h] * static_cast<double>(a.scale) *
+                                std::max(0.0, dot(a.q.data<float>() + (row * heads + h) * dim, entry_ptr(*a.keys, s, e), dim));
+            std::vector<std::pair<double, int32_t>> scored;
+            for (int64_t e = 0; e < visible; ++e)
+                if (in_candidates(a, row, e)) scored.emplace_back(score[e], static_cast<int32_t>(e));
+            write_best(scored, k, a.out.data<int32_t>() + row * k);
+            if (!a.candidates_out.defined()) continue;
+            int64_t bs = a.candidate_block_size, nb = (visible + bs - 1) / bs;
+            std::vector<std::pair<double, int32_t>> blocks;
+            for (int64_t b = 0; b < nb; ++b) {
+                double best = b == nb - 1 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+                for (int64_t e = b * bs; e < std::min(visible, (b + 1) * bs); ++e) best = std::max(best, score[e]);
+                blocks.emplace_back(best, static_cast<int32_t>(b));
             }
-            std::sort(scored.begin(), scored.end());
-            for (int64_t i = 0; i < k; ++i)
-                a.out.data<int32_t>()[row * k + i] = i < static_cast<int64_t>(scored.size()) ? scored[i].second : -1;
+            int64_t c = a.candidates_out.dim(1);
+            write_best(blocks, c, a.candidates_out.data<int32_t>() + row * c);
         }
     }
+}
+
+void RefBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
+    int64_t dim = a.kv.dim(1), rate = a.rate, out_row = 0;
+    for (const SeqSlice& sl : seqs) {
+        float* carry = a.carry.data<float>() + sl.state_idx * rate * 2 * dim;
+        for (int t = 0; t < sl.num_tokens; ++t) {
+            int64_t pos = sl.start_pos + t, row = sl.token_begin + t;
+            std::copy_n(a.kv.data<float>() + row * dim, dim, carry + (pos % rate) * 2 * dim);
+            std::copy_n(a.gate.data<float>() + row * dim, dim, carry + (pos % rate) * 2 * dim + dim);
+            if ((pos + 1) % rate != 0) continue;
+            for (int64_t ch = 0; ch < dim; ++ch) {
+                double mx = -std::numeric_limits<double>::infinity(), sum = 0.0, acc = 0.0;
+                for (int64_t j = 0; j < rate; ++j) mx = std::max<double>(mx, carry[j * 2 * dim + dim + ch]);
+                for (int64_t j = 0; j < rate; ++j) {
+                    double e = std::exp(carry[j * 2 * dim + dim + ch] - mx);
+                    sum += e;
+                    acc += e * carry[j * 2 * dim + ch];
+                }
+                a.out.data<float>()[out_row * dim + ch] = static_cast<float>(acc / sum);
+            }
+            ++out_row;
+        }
+    }
+}
+
+void RefBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) {
+    int64_t dim = store.pool.dim(2);
+    for (size_t i = 0; i < slots.size(); ++i)
+        std::copy_n(rows.data<float>() + i * dim, dim, const_cast<float*>(entry_ptr(store, slots[i].seq, slots[i].entry)));
 }
 
 }  // namespace deepinfer::kernels::ref

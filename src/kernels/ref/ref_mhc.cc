@@ -96,4 +96,29 @@ void RefBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& 
     }
 }
 
+void RefBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                        const MhcParams& p, Tensor& pre, Tensor& post, Tensor& comb) {
+    int hc = p.hc;
+    int64_t n = streams.dim(0), d = streams.dim(2);
+    Tensor collapsed = Tensor::empty(DType::kF32, {n, d});
+    hc_pre(streams, fn, base, scale, p, collapsed, post, comb);
+    for (int64_t i = 0; i < n; ++i) {
+        auto m = mixes_of(streams.data<float>() + i * hc * d, hc * d, fn, (2 + hc) * hc, p.norm_eps);
+        for (int j = 0; j < hc; ++j)
+            pre.data<float>()[i * hc + j] =
+                static_cast<float>(sig(m[j] * scale.data<float>()[0] + base.data<float>()[j]) + p.hc_eps);
+    }
+}
+
+void RefBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) {
+    int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < d; ++e) {
+            double acc = 0.0;
+            for (int64_t j = 0; j < hc; ++j)
+                acc += static_cast<double>(pre.data<float>()[i * hc + j]) * streams.data<float>()[(i * hc + j) * d + e];
+            out.data<float>()[i * d + e] = static_cast<float>(acc);
+        }
+}
+
 }  // namespace deepinfer::kernels::ref

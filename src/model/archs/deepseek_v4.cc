@@ -1,12 +1,11 @@
 #include "model/archs/deepseek_v4.h"
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/archs/moe_block.h"
+#include "model/archs/step_inputs.h"
+#include "model/config_file.h"
 #include "model/rope_freqs.h"
 #include "model/weight_loader.h"
 
@@ -26,38 +25,17 @@ struct DeepseekV4Model::StepTensors {
     Tensor x, post, comb;  // [N, D], [N, hc], [N, hc, hc]
 };
 
-std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, Backend& backend) {
-    return std::make_unique<DeepseekV4Model>(dir, backend);
-}
-
-DeepseekV4Config load_deepseek_v4_config(const std::string& dir) {
-    std::filesystem::path path = std::filesystem::path(dir) / "config.json";
-    std::ifstream in(path);
-    DI_CHECK(in.good(), "cannot read {}", path.string());
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-        fail("{} is not valid JSON ({})", path.string(), e.what());
-    }
-    return parse_deepseek_v4_config(j);
-}
+DeepseekV4Config load_deepseek_v4_config(const std::string& dir) { return parse_deepseek_v4_config(read_config_json(dir)); }
 
 DeepseekV4Model::DeepseekV4Model(const std::string& dir, Backend& backend)
     : DeepseekV4Model(load_deepseek_v4_config(dir), Checkpoint(dir), backend) {}
 
 DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, Backend& backend)
-    : cfg_(std::move(cfg)), backend_(backend) {
+    : HybridCacheModel(backend), cfg_(std::move(cfg)) {
     WeightLoader loader(ckpt, cfg_.fp8_block);
     w_ = load_deepseek_v4_weights(cfg_, loader, backend_);
-    auto make_rope = [&](const RopeConfig& rc) {
-        std::vector<float> inv = rope_inv_freq(rc, cfg_.rope_dim);
-        Tensor host = Tensor::empty(DType::kF32, {static_cast<int64_t>(inv.size())});
-        std::copy(inv.begin(), inv.end(), host.data<float>());
-        return kernels::Rope{backend_.upload(host), cfg_.rope_dim, static_cast<float>(rc.attention_factor)};
-    };
-    rope_main_ = make_rope(cfg_.rope_main);
-    rope_compress_ = make_rope(cfg_.rope_compress);
+    rope_main_ = make_rope(cfg_.rope_main, cfg_.rope_dim, backend_);
+    rope_compress_ = make_rope(cfg_.rope_compress, cfg_.rope_dim, backend_);
     cache_layout_ = v4_cache_layout(cfg_);
 }
 
@@ -83,46 +61,14 @@ CacheLayout v4_cache_layout(const DeepseekV4Config& c) {
     return layout;
 }
 
-CacheSizing DeepseekV4Model::plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const {
-    return cache_for_memory(cache_layout_, max_seqs, memory_bytes, block_size);
-}
-
-CacheSizing DeepseekV4Model::plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size) const {
-    return cache_for_tokens(cache_layout_, max_seqs, max_tokens, block_size);
-}
-
-std::unique_ptr<SequenceCache> DeepseekV4Model::make_cache(const CacheSizing& sizing) {
-    return std::make_unique<HybridCache>(cache_layout_, backend_, sizing);
-}
-
-Tensor DeepseekV4Model::forward(const Batch& step, SequenceCache& cache) {
-    auto* v4 = dynamic_cast<HybridCache*>(&cache);
-    DI_CHECK(v4 != nullptr, "DeepSeek-V4 forward needs a HybridCache");
-    return forward(step, *v4);
-}
-
-Tensor DeepseekV4Model::forward(const Batch& batch, HybridCache& cache) {
-    if (batch.block_tables.empty()) {  // single-threaded callers: take the tables from the cache now
-        Batch described = batch;
-        cache.describe(described);
-        return forward(described, cache);
-    }
+Tensor DeepseekV4Model::forward_described(const Batch& batch, HybridCache& cache) {
     const Batch& step = batch;
     int64_t n = static_cast<int64_t>(step.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
     StepTensors st{step};
     st.n = n;
-    Tensor ids = Tensor::empty(DType::kI32, {n}), pos = Tensor::empty(DType::kI64, {n});
-    for (int64_t i = 0; i < n; ++i) {  // checked here: device embedding kernels cannot throw
-        int32_t t = step.token_ids[i];
-        DI_CHECK(t >= 0 && t < cfg_.vocab_size, "forward: token id {} is out of range (vocab {})", t, cfg_.vocab_size);
-        ids.data<int32_t>()[i] = t;
-    }
-    for (const auto& s : step.seqs) {
-        DI_CHECK(s.token_begin + s.num_tokens <= n, "forward: sequence slice past the batch");
-        for (int t = 0; t < s.num_tokens; ++t) pos.data<int64_t>()[s.token_begin + t] = s.start_pos + t;
-    }
-    st.ids = backend_.upload(ids);
-    st.positions = backend_.upload(pos);
+    StepInputs in = upload_step_inputs(step, cfg_.vocab_size, backend_);
+    st.ids = in.ids;
+    st.positions = in.positions;
     st.streams = backend_.empty(DType::kF32, {n, hc, D});
     backend_.embed(st.ids, w_.embed, static_cast<int>(hc), st.streams);
     st.x = backend_.empty(DType::kF32, {n, D});
@@ -134,10 +80,8 @@ Tensor DeepseekV4Model::forward(const Batch& batch, HybridCache& cache) {
     }
     int64_t r = static_cast<int64_t>(step.logit_rows.size());
     if (r == 0) return backend_.empty(DType::kF32, {0, cfg_.vocab_size});
-    Tensor rows_host = Tensor::empty(DType::kI32, {r});
-    std::copy(step.logit_rows.begin(), step.logit_rows.end(), rows_host.data<int32_t>());
     Tensor picked = backend_.empty(DType::kF32, {r, hc, D});
-    backend_.gather_rows(st.streams, backend_.upload(rows_host), picked);
+    backend_.gather_rows(st.streams, in.logit_rows, picked);
     Tensor h = backend_.empty(DType::kF32, {r, D});
     kernels::MhcParams mp{static_cast<int>(hc), cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.rms_norm_eps};
     backend_.hc_head(picked, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, mp, h);
@@ -259,26 +203,14 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
 
 void DeepseekV4Model::ffn_block(int l, StepTensors& st) {
     const V4LayerWeights& lw = w_.layers[l];
-    int64_t n = st.n, D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
+    int64_t n = st.n, D = cfg_.hidden_size;
     float eps = cfg_.rms_norm_eps;
     kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
     backend_.hc_pre(st.streams, lw.ffn_hc.fn, lw.ffn_hc.base, lw.ffn_hc.scale, mp, st.x, st.post, st.comb);
     backend_.rms_norm(st.x, &lw.ffn_norm, eps, st.x);
 
-    Tensor logits = backend_.empty(DType::kF32, {n, static_cast<int64_t>(cfg_.n_routed_experts)});
-    backend_.matmul(st.x, lw.gate, logits);
-    Tensor ids = backend_.empty(DType::kI32, {n, k}), weights = backend_.empty(DType::kF32, {n, k});
-    bool hash = cfg_.mlp_layer_types[l] == MlpType::kHashMoe;
-    backend_.moe_route(logits, hash ? nullptr : &lw.gate_bias, hash ? &lw.tid2eid : nullptr, &st.ids,
-                       static_cast<int>(k), cfg_.routed_scaling_factor, ids, weights);
-
-    Tensor gate = backend_.empty(DType::kF32, {n, I}), up = backend_.empty(DType::kF32, {n, I});
-    backend_.matmul(st.x, lw.shared.w1, gate);
-    backend_.matmul(st.x, lw.shared.w3, up);
-    backend_.swiglu(gate, up, cfg_.swiglu_limit, gate);
     Tensor y = backend_.empty(DType::kF32, {n, D});
-    backend_.matmul(gate, lw.shared.w2, y);
-    backend_.moe_experts(st.x, ids, weights, lw.experts, cfg_.swiglu_limit, y);
+    moe_feed_forward(backend_, cfg_, lw, cfg_.mlp_layer_types[l] == MlpType::kHashMoe, st.x, st.ids, y);
     backend_.hc_post(st.streams, y, st.post, st.comb);
 }
 

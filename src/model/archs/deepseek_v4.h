@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "model/causal_lm.h"
+#include "model/archs/hybrid_model.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
@@ -15,39 +15,27 @@
 
 namespace deepinfer::model {
 
-class DeepseekV4Model final : public CausalLm {
+class DeepseekV4Model final : public HybridCacheModel {
 public:
     // Loads the checkpoint in `dir` onto `backend` (config.json + safetensors).
     DeepseekV4Model(const std::string& dir, kernels::Backend& backend);
     DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, kernels::Backend& backend);
 
     const DeepseekV4Config& config() const { return cfg_; }
-    kernels::Backend& backend() override { return backend_; }
     int64_t vocab_size() const override { return cfg_.vocab_size; }
     const std::vector<int>& eos_token_ids() const override { return cfg_.eos_token_ids; }
-    CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const override;
-    CacheSizing plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size = 64) const override;
-    std::unique_ptr<SequenceCache> make_cache(const CacheSizing& sizing) override;
-
-    // Runs the step and appends its tokens to `cache` (a HybridCache; blocks must be reserved for
-    // every sequence up to start_pos + num_tokens). Returns fp32 logits [logit_rows, vocab] on
-    // the backend's device.
-    Tensor forward(const Batch& step, SequenceCache& cache) override;
-    Tensor forward(const Batch& step, HybridCache& cache);
 
 private:
     struct StepTensors;
+    Tensor forward_described(const Batch& step, HybridCache& cache) override;
     void attention_block(int l, StepTensors& st, HybridCache& cache);
     void compressed_keys(int l, StepTensors& st, HybridCache& cache, const Tensor& qr, kernels::EntryStore& entries,
                          kernels::AttentionArgs& args);
     void ffn_block(int l, StepTensors& st);
 
-
     DeepseekV4Config cfg_;
-    kernels::Backend& backend_;
     V4Weights w_;
     kernels::Rope rope_main_, rope_compress_;
-    CacheLayout cache_layout_;
 };
 
 // What a DeepSeek-V4 model caches per layer: block group 0 = CSA entries (+ indexer keys),

@@ -1,0 +1,264 @@
+#include "model/archs/deepseek_v41.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "model/archs/moe_block.h"
+#include "model/archs/step_inputs.h"
+#include "model/config_file.h"
+#include "model/rope_freqs.h"
+#include "model/weight_loader.h"
+
+namespace deepinfer::model {
+
+using kernels::AttentionArgs;
+using kernels::Backend;
+using kernels::QuantFormat;
+
+// What one step carries from layer to layer: the residual streams, the delayed mHC collapse
+// weights, and what the latest KV / index / candidate sources published for later layers.
+struct DeepseekV41Model::StepState {
+    explicit StepState(const Batch& s) : step(s) {}
+    const Batch& step;
+    int64_t n = 0;
+    StepInputs in;
+    Tensor streams;            // [N, hc, D]
+    Tensor pending_pre;        // [N, hc]: collapses the streams at the next mHC site
+    Tensor x, post, comb;      // scratch of the current block
+    kernels::EntryStore entries, index_keys;  // of the latest KV source
+    Tensor selected;           // [N, index_topk] picks of the latest index source
+    Tensor candidates;         // [N, candidate_topk_blocks] blocks of the candidate source
+};
+
+DeepseekV41Config load_deepseek_v41_config(const std::string& dir) { return parse_deepseek_v41_config(read_config_json(dir)); }
+
+DeepseekV41Model::DeepseekV41Model(const std::string& dir, Backend& backend)
+    : DeepseekV41Model(load_deepseek_v41_config(dir), Checkpoint(dir), backend) {}
+
+DeepseekV41Model::DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt, Backend& backend)
+    : HybridCacheModel(backend), cfg_(std::move(cfg)) {
+    WeightLoader loader(ckpt, cfg_.base.fp8_block);
+    w_ = load_deepseek_v41_weights(cfg_, loader, backend_);
+    rope_main_ = make_rope(cfg_.base.rope_main, cfg_.base.rope_dim, backend_);
+    rope_compress_ = make_rope(cfg_.base.rope_compress, cfg_.base.rope_dim, backend_);
+    cache_layout_ = v41_cache_layout(cfg_);
+}
+
+CacheLayout v41_cache_layout(const DeepseekV41Config& c) {
+    CacheLayout layout;
+    layout.window = c.base.sliding_window;
+    layout.head_dim = c.base.head_dim;
+    std::vector<int> ratios;
+    for (int l : c.kv_source_layer_ids) ratios.push_back(c.compress_ratios[l]);
+    std::sort(ratios.begin(), ratios.end(), std::greater<>());
+    ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
+    DI_CHECK(ratios.size() <= static_cast<size_t>(kBlockGroups), "cache: {} distinct KV-source ratios (at most {})",
+             ratios.size(), kBlockGroups);
+    for (size_t g = 0; g < ratios.size(); ++g) {
+        layout.rates[g] = ratios[g];
+        layout.group_names[g] = ratios[g] == 1 ? "entries_r1" : "entries_r" + std::to_string(ratios[g]);
+    }
+    int64_t d = c.base.head_dim, di = c.base.index_head_dim;
+    for (int l = 0; l < c.base.num_hidden_layers; ++l) {
+        CacheLayout::Layer layer;
+        if (c.is_kv_source(l)) {
+            int r = c.compress_ratios[l];
+            layer.group = static_cast<int>(std::find(ratios.begin(), ratios.end(), r) - ratios.begin());
+            layer.entry_dim = d;
+            layer.index_dim = di;
+            if (r > 1) layer.carry = {r, 2 * d};
+        }
+        layout.layers.push_back(layer);
+    }
+    return layout;
+}
+
+Tensor DeepseekV41Model::forward_described(const Batch& batch, HybridCache& cache) {
+    const DeepseekV4Config& c = cfg_.base;
+    int64_t n = static_cast<int64_t>(batch.token_ids.size()), hc = c.hc_mult, D = c.hidden_size;
+    StepState st{batch};
+    st.n = n;
+    st.in = upload_step_inputs(batch, c.vocab_size, backend_);
+    st.streams = backend_.empty(DType::kF32, {n, hc, D});
+    backend_.embed(st.in.ids, w_.core.embed, static_cast<int>(hc), st.streams);
+    Tensor first = Tensor::zeros(DType::kF32, {n, hc});  // the first site reads stream 0
+    for (int64_t i = 0; i < n; ++i) first.data<float>()[i * hc] = 1.0f;
+    st.pending_pre = backend_.upload(first);
+    st.x = backend_.empty(DType::kF32, {n, D});
+    st.post = backend_.empty(DType::kF32, {n, hc});
+    st.comb = backend_.empty(DType::kF32, {n, hc, hc});
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+        attention_block(l, st, cache);
+        ffn_block(l, st);
+    }
+    return final_logits(st);
+}
+
+Tensor DeepseekV41Model::final_logits(StepState& st) {
+    const DeepseekV4Config& c = cfg_.base;
+    int64_t r = static_cast<int64_t>(st.step.logit_rows.size()), hc = c.hc_mult, D = c.hidden_size;
+    if (r == 0) return backend_.empty(DType::kF32, {0, c.vocab_size});
+    Tensor streams = backend_.empty(DType::kF32, {r, hc, D}), pre = backend_.empty(DType::kF32, {r, hc});
+    backend_.gather_rows(st.streams, st.in.logit_rows, streams);
+    backend_.gather_rows(st.pending_pre, st.in.logit_rows, pre);
+    Tensor h = backend_.empty(DType::kF32, {r, D});
+    backend_.hc_collapse(streams, pre, h);
+    backend_.rms_norm(h, &w_.core.norm, c.rms_norm_eps, h);
+    Tensor logits = backend_.empty(DType::kF32, {r, c.vocab_size});
+    backend_.matmul(h, w_.core.head, logits);
+    return logits;
+}
+
+// Delayed mHC: this site's coefficients come from the current streams, but its input is
+// collapsed with the previous site's `pre`; this site's `pre` waits for the next one.
+void DeepseekV41Model::enter_site(const MhcWeights& site, const Tensor& norm, StepState& st) {
+    const DeepseekV4Config& c = cfg_.base;
+    kernels::MhcParams mp{c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps};
+    Tensor site_pre = backend_.empty(DType::kF32, {st.n, static_cast<int64_t>(c.hc_mult)});
+    backend_.hc_mix(st.streams, site.fn, site.base, site.scale, mp, site_pre, st.post, st.comb);
+    backend_.hc_collapse(st.streams, st.pending_pre, st.x);
+    st.pending_pre = site_pre;
+    backend_.rms_norm(st.x, &norm, c.rms_norm_eps, st.x);
+}
+
+void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache) {
+    const DeepseekV4Config& c = cfg_.base;
+    const V4LayerWeights& lw = w_.core.layers[l];
+    int64_t n = st.n, H = c.num_attention_heads, d = c.head_dim, D = c.hidden_size;
+    float eps = c.rms_norm_eps;
+    enter_site(lw.attn_hc, lw.attn_norm, st);
+    int ratio = cfg_.compress_ratios[l];
+    const kernels::Rope& rope = ratio > 0 ? rope_compress_ : rope_main_;
+
+    Tensor qr = backend_.empty(DType::kF32, {n, c.q_lora_rank});
+    backend_.matmul(st.x, lw.wq_a, qr);
+    backend_.rms_norm(qr, &lw.q_norm, eps, qr);
+    Tensor q = backend_.empty(DType::kF32, {n, H, d});
+    backend_.matmul(qr, lw.wq_b, q);  // no per-head q norm in V4.1
+    Tensor q_heads = q.reshape({n * H, d});
+    backend_.rope(q_heads, st.in.positions, static_cast<int>(H), rope, false);
+    Tensor kv = backend_.empty(DType::kF32, {n, d});
+    backend_.matmul(st.x, lw.wkv, kv);
+    backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
+    backend_.rope(kv, st.in.positions, 1, rope, false);
+    backend_.fake_quantize(kv, QuantFormat::kFp8Ue8m0x32);
+
+    HybridCache::LayerState& ls = cache.layer(l);
+    AttentionArgs args;
+    args.q = q;
+    args.kv = kv;
+    args.ring = ls.ring;
+    args.window = c.sliding_window;
+    args.sinks = lw.sinks;
+    args.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    args.out = backend_.empty(DType::kF32, {n, H, d});
+    if (ratio > 0) {
+        if (cfg_.is_kv_source(l)) publish_source(l, st, cache);
+        if (cfg_.is_index_source(l)) select_entries(l, st, qr);
+        args.entries = &st.entries;
+        args.compressed = AttentionArgs::Compressed::kSelected;
+        args.selected = st.selected;
+    }
+    backend_.attention(st.step.seqs, args);
+    backend_.ring_write(st.step.seqs, kv, ls.ring);
+
+    Tensor o = args.out.reshape({n * H, d});
+    backend_.rope(o, st.in.positions, static_cast<int>(H), rope, true);
+    Tensor oa = backend_.empty(DType::kF32, {n, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
+    backend_.grouped_matmul(args.out, lw.wo_a, c.o_groups, oa);
+    Tensor y = backend_.empty(DType::kF32, {n, D});
+    backend_.matmul(oa, lw.wo_b, y);
+    backend_.hc_post(st.streams, y, st.post, st.comb);
+}
+
+// A KV source compresses the new tokens into entries (pairs pooled at ratio 2, one per token at
+// ratio 1) and index keys, and appends both to its pools for this and later layers.
+void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) {
+    const DeepseekV4Config& c = cfg_.base;
+    const V41SourceWeights& sw = w_.sources[l];
+    HybridCache::LayerState& ls = cache.layer(l);
+    int group = cache_layout_.layers[l].group;
+    st.entries = kernels::EntryStore{ls.entries, st.step.tables_of(group)};
+    st.index_keys = kernels::EntryStore{ls.index_entries, st.step.tables_of(group)};
+    int ratio = cfg_.compress_ratios[l];
+    int64_t d = c.head_dim, di = c.index_head_dim;
+
+    std::vector<kernels::EntrySlot> slots;  // the entries this step completes, in pooling order
+    std::vector<int64_t> entry_pos;         // each entry is roped at its group's first position
+    for (size_t s = 0; s < st.step.seqs.size(); ++s) {
+        const kernels::SeqSlice& sl = st.step.seqs[s];
+        for (int64_t e = sl.start_pos / ratio; e < (sl.start_pos + sl.num_tokens) / ratio; ++e) {
+            slots.push_back({static_cast<int32_t>(s), e});
+            entry_pos.push_back(e * ratio);
+        }
+    }
+    Tensor kv = backend_.empty(DType::kF32, {st.n, d});
+    backend_.matmul(st.x, sw.comp_wkv, kv);
+    Tensor latent = kv;
+    int64_t g = static_cast<int64_t>(slots.size());
+    if (ratio > 1) {
+        kernels::PoolArgs pa;
+        pa.kv = kv;
+        pa.gate = backend_.empty(DType::kF32, {st.n, d});
+        backend_.matmul(st.x, sw.comp_wgate, pa.gate);
+        pa.rate = ratio;
+        pa.carry = ls.carry;
+        pa.out = latent = backend_.empty(DType::kF32, {g, d});
+        backend_.pool_groups(st.step.seqs, pa);
+    }
+    if (g == 0) return;
+    Tensor positions = upload_i64(entry_pos, backend_);
+    backend_.rms_norm(latent, &sw.comp_norm, c.rms_norm_eps, latent);
+    Tensor keys = backend_.empty(DType::kF32, {g, di});
+    backend_.matmul(latent, sw.index_wk, keys);  // from the pre-RoPE latent
+    backend_.rms_norm(keys, &sw.index_k_norm, c.rms_norm_eps, keys);
+    backend_.rope(keys, positions, 1, rope_compress_, false);
+    backend_.fake_quantize(keys, QuantFormat::kFp4Ue8m0x32);
+    backend_.store_entries(slots, keys, st.index_keys);
+    backend_.rope(latent, positions, 1, rope_compress_, false);
+    backend_.fake_quantize(latent, QuantFormat::kFp4E4m3x16);
+    backend_.store_entries(slots, latent, st.entries);
+}
+
+// An index source picks each token's top entries of the latest KV source; the candidate source
+// also publishes its top blocks, to which every later index source is restricted.
+void DeepseekV41Model::select_entries(int l, StepState& st, const Tensor& qr) {
+    const DeepseekV4Config& c = cfg_.base;
+    const V41SourceWeights& sw = w_.sources[l];
+    int64_t n = st.n, hi = c.index_n_heads, di = c.index_head_dim;
+    kernels::IndexerArgs xa;
+    xa.q = backend_.empty(DType::kF32, {n, hi, di});
+    backend_.matmul(qr, sw.index_wq_b, xa.q);
+    Tensor q_rows = xa.q.reshape({n * hi, di});
+    backend_.rope(q_rows, st.in.positions, static_cast<int>(hi), rope_compress_, false);
+    backend_.fake_quantize(xa.q, QuantFormat::kFp4Ue8m0x32);
+    xa.weights = backend_.empty(DType::kF32, {n, hi});
+    backend_.matmul(st.x, sw.index_weights_proj, xa.weights);
+    xa.scale = 1.0f / std::sqrt(static_cast<float>(hi) * static_cast<float>(di));
+    xa.keys = &st.index_keys;
+    xa.rate = cfg_.compress_ratios[l];
+    xa.top_k = c.index_topk;
+    xa.out = backend_.empty(DType::kI32, {n, static_cast<int64_t>(c.index_topk)});
+    xa.candidate_block_size = cfg_.candidate_block_size;
+    if (l == cfg_.candidate_source_layer_id)
+        xa.candidates_out = backend_.empty(DType::kI32, {n, static_cast<int64_t>(cfg_.candidate_topk_blocks)});
+    else if (cfg_.uses_candidates(l))
+        xa.candidates_in = st.candidates;
+    backend_.indexer_topk(st.step.seqs, xa);
+    st.selected = xa.out;
+    if (xa.candidates_out.defined()) st.candidates = xa.candidates_out;
+}
+
+void DeepseekV41Model::ffn_block(int l, StepState& st) {
+    const DeepseekV4Config& c = cfg_.base;
+    const V4LayerWeights& lw = w_.core.layers[l];
+    int64_t n = st.n, D = c.hidden_size;
+    enter_site(lw.ffn_hc, lw.ffn_norm, st);
+
+    Tensor y = backend_.empty(DType::kF32, {n, D});
+    moe_feed_forward(backend_, c, lw, false, st.x, st.in.ids, y);
+    backend_.hc_post(st.streams, y, st.post, st.comb);
+}
+
+}  // namespace deepinfer::model

@@ -1,0 +1,51 @@
+#pragma once
+// DeepSeek-V4.1 (transformers main `deepseek_v41` semantics; the differences of our reference are
+// listed in scripts/v41_reference.py): the V4 block with YOCO attention — only KV-source layers
+// compress (ratio 2 pools token pairs, ratio 1 keeps one entry per token); later layers attend
+// into the latest source's entries with the latest index source's picks; a candidate source
+// narrows every later index source to its top blocks — plus the QAT fake quantisation (FP8
+// window KV, FP4 entries, FP4 indexer) and delayed (single-pass) mHC without an hc head.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/archs/hybrid_model.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v41_config.h"
+#include "model/deepseek_v41_weights.h"
+#include "model/hybrid_cache.h"
+
+namespace deepinfer::model {
+
+class DeepseekV41Model final : public HybridCacheModel {
+public:
+    DeepseekV41Model(const std::string& dir, kernels::Backend& backend);
+    DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt, kernels::Backend& backend);
+
+    const DeepseekV41Config& config() const { return cfg_; }
+    int64_t vocab_size() const override { return cfg_.base.vocab_size; }
+    const std::vector<int>& eos_token_ids() const override { return cfg_.base.eos_token_ids; }
+
+private:
+    struct StepState;
+    Tensor forward_described(const Batch& step, HybridCache& cache) override;
+    void enter_site(const MhcWeights& site, const Tensor& norm, StepState& st);
+    void attention_block(int l, StepState& st, HybridCache& cache);
+    void publish_source(int l, StepState& st, HybridCache& cache);
+    void select_entries(int l, StepState& st, const Tensor& qr);
+    void ffn_block(int l, StepState& st);
+    Tensor final_logits(StepState& st);
+
+    DeepseekV41Config cfg_;
+    V41Weights w_;
+    kernels::Rope rope_main_, rope_compress_;
+};
+
+// What a DeepSeek-V4.1 model caches: a window ring per layer; per KV source its entries and index
+// keys (block group by ratio, the larger ratio first) and, for ratio > 1, the unpooled tokens.
+CacheLayout v41_cache_layout(const DeepseekV41Config& c);
+
+DeepseekV41Config load_deepseek_v41_config(const std::string& dir);
+
+}  // namespace deepinfer::model

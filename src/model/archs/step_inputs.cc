@@ -1,0 +1,37 @@
+#include "model/archs/step_inputs.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace deepinfer::model {
+
+StepInputs upload_step_inputs(const Batch& step, int64_t vocab_size, kernels::Backend& backend) {
+    int64_t n = static_cast<int64_t>(step.token_ids.size());
+    Tensor ids = Tensor::empty(DType::kI32, {n}), pos = Tensor::empty(DType::kI64, {n});
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t t = step.token_ids[i];
+        DI_CHECK(t >= 0 && t < vocab_size, "forward: token id {} is out of range (vocab {})", t, vocab_size);
+        ids.data<int32_t>()[i] = t;
+    }
+    for (const auto& s : step.seqs) {
+        DI_CHECK(s.token_begin + s.num_tokens <= n, "forward: sequence slice past the batch");
+        for (int t = 0; t < s.num_tokens; ++t) pos.data<int64_t>()[s.token_begin + t] = s.start_pos + t;
+    }
+    StepInputs in{backend.upload(ids), backend.upload(pos), Tensor()};
+    int64_t r = static_cast<int64_t>(step.logit_rows.size());
+    if (r > 0) {
+        Tensor rows = Tensor::empty(DType::kI32, {r});
+        std::copy(step.logit_rows.begin(), step.logit_rows.end(), rows.data<int32_t>());
+        in.logit_rows = backend.upload(rows);
+    }
+    return in;
+}
+
+Tensor upload_i64(const std::vector<int64_t>& values, kernels::Backend& backend) {
+    Tensor t = Tensor::empty(DType::kI64, {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), t.data<int64_t>());
+    return backend.upload(t);
+}
+
+}  // namespace deepinfer::model

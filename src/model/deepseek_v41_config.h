@@ -1,0 +1,39 @@
+#pragma once
+// DeepSeek-V4.1 hyper-parameters (transformers main `deepseek_v41`): the V4 fields (kept in
+// `base`, whose layers are all sliding / top-k MoE for the weights V4 and V4.1 share) plus the
+// YOCO layout. config.json nests them under `text_config` (the composite multimodal config);
+// a flat text config is accepted too.
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/deepseek_v4_config.h"
+
+namespace deepinfer::model {
+
+struct DeepseekV41Config {
+    DeepseekV4Config base;
+    // Per backbone layer: 0 = sliding window only, 1 = full-resolution shared KV (decoder half),
+    // r > 1 = r tokens pooled per entry (encoder half).
+    std::vector<int> compress_ratios;
+    std::vector<int> kv_source_layer_ids;     // layers that compress; later layers reuse their entries
+    std::vector<int> index_source_layer_ids;  // layers that pick entries; later layers reuse the picks
+    int candidate_source_layer_id = -1;       // its top blocks restrict every later index source
+    int candidate_topk_blocks = 2048;
+    int candidate_block_size = 8;
+    float gate_temp = 1.0f;
+    std::vector<int> engram_layer_ids;
+
+    // Derived per layer: the KV source whose entries it attends into (-1 = none), and roles.
+    std::vector<int> kv_source_of;
+    bool is_kv_source(int l) const { return kv_source_of[l] == l; }
+    bool is_index_source(int l) const;
+    bool uses_candidates(int l) const { return candidate_source_layer_id >= 0 && candidate_source_layer_id < l; }
+};
+
+// Parses config.json contents (model_type deepseek_v41, or deepseek_v41_text for a flat text
+// config); throws deepinfer::Error for inconsistent layouts and for what this build does not run
+// (Engram layers, top-1 or unnormalised routing).
+DeepseekV41Config parse_deepseek_v41_config(const nlohmann::json& j);
+
+}  // namespace deepinfer::model

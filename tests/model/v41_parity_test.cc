@@ -1,0 +1,50 @@
+// Logits parity of the DeepSeek-V4.1 forward against the independent PyTorch reference
+// (scripts/v41_reference.py, full forward without a cache) on its random-weight fixtures, for
+// every schedule: one prefill, chunked prefill, decode; and for several sequences in one batch.
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "kernels/backend.h"
+#include "kernels/ref/ref_backend.h"
+#include "model/archs/deepseek_v41.h"
+#include "runtime/sequence_logits.h"
+#include "tests/model/parity_util.h"
+
+namespace deepinfer {
+namespace {
+
+using test::expect_parity;
+using test::Fixture;
+
+Fixture load_fixture(const std::string& name) { return test::load_fixture("v41/" + name); }
+
+void expect_all_schedules(kernels::Backend& backend, const Fixture& f, const std::string& what) {
+    model::DeepseekV41Model m(f.dir, backend);
+    std::vector<std::pair<std::string, runtime::LogitsSchedule>> schedules = {
+        {"full", {}}, {"chunk 1", {1, -1}}, {"chunk 3", {3, -1}}, {"chunk 7", {7, -1}}, {"chunk 16", {16, -1}},
+        {"decode-from 0", {0, 0}}, {"decode-from 37", {0, 37}},
+    };
+    for (const auto& [name, schedule] : schedules)
+        expect_parity(runtime::sequence_logits(m, f.ids, schedule), f.reference, what + " " + name);
+}
+
+class V41Parity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(V41Parity, AllSchedulesMatchReference) {
+    auto backend = kernels::make_cpu_backend(0);
+    expect_all_schedules(*backend, load_fixture(GetParam()), GetParam());
+}
+
+TEST_P(V41Parity, ReferenceBackendMatchesReference) {
+    Fixture f = load_fixture(GetParam());
+    auto backend = kernels::make_reference_backend();
+    model::DeepseekV41Model m(f.dir, *backend);
+    std::vector<int32_t> head(f.ids.begin(), f.ids.begin() + 40);
+    expect_parity(runtime::sequence_logits(m, head, {5, -1}), f.reference.rows(0, 40),
+                  GetParam() + " reference backend, chunk 5");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, V41Parity, ::testing::Values("v41_tiny_a", "v41_tiny_b"));
+
+}  // namespace
+}  // namespace deepinfer
