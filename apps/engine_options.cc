@@ -52,6 +52,12 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--max-batch-tokens", c.scheduler.max_batch_tokens, "token budget per step")->check(CLI::PositiveNumber);
     cmd->add_option("--max-running", c.scheduler.max_running, "sequences decoded together")->check(CLI::PositiveNumber);
     cmd->add_flag("--no-async", f.no_async, "plan each step only after the previous one finished");
+    cmd->add_option("--swa-replay-tokens", c.model.swa_replay_tokens,
+                    "DeepSeek-V4.1: layers after the last KV source prefill only the last N prompt tokens (0 = off)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--rollback-tokens", c.model.rollback_tokens,
+                    "tokens a step may later roll back; --swa-replay-tokens must cover the window plus these")
+        ->check(CLI::NonNegativeNumber);
 }
 
 EngineConfig finish_engine_config(EngineFlags& f, const std::string& log_level) {

@@ -12,6 +12,10 @@ struct ModelConfig {
     std::string name;            // served model name; defaults to the directory name
     int threads = 0;             // CPU threads; 0 = all
     std::string device = "cpu";  // "cpu", "cuda" or "cuda:N"
+    // DeepSeek-V4.1 SWA bounded replay: layers after the last KV source prefill only the last
+    // this many prompt tokens (0 = off); must be >= sliding window + rollback_tokens.
+    int swa_replay_tokens = 140;
+    int rollback_tokens = 0;  // tokens a step may later take back (speculative drafts)
 };
 
 struct CacheConfig {

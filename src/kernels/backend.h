@@ -23,6 +23,9 @@ struct SeqSlice {
     int32_t num_tokens = 0;   // new tokens this step
     int64_t start_pos = 0;    // position of the first new token (= tokens already cached)
     int32_t state_idx = 0;    // row of this sequence in the per-sequence state tensors
+    // Positions below this are outside the sliding window even when within `window` (bounded
+    // replay: a layer that skipped them never wrote them to its ring).
+    int64_t window_from = 0;
 };
 
 // Append-only per-sequence entries (compressed KV, indexer keys) in fixed-size blocks of a pool.

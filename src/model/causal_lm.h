@@ -21,6 +21,8 @@ struct Batch {
     // [group][seq]: the sequences' block tables as of planning (SequenceCache::describe), so a
     // step can run while the planner reserves blocks for the next one. Empty: read the cache's.
     std::vector<std::vector<std::vector<int32_t>>> block_tables;
+    // Per sequence: the length of the request's prompt (empty = unknown), for SWA bounded replay.
+    std::vector<int64_t> prompt_lengths;
 
     // The sequences' block tables of one group, as spans.
     std::vector<std::span<const int32_t>> tables_of(int group) const {
@@ -72,6 +74,14 @@ public:
     // Runs the batch and appends its tokens to the cache (reserved in advance). Returns fp32
     // logits [logit_rows, vocab] on the backend's device.
     virtual Tensor forward(const Batch& batch, SequenceCache& cache) = 0;
+    // SWA bounded replay (DeepSeek-V4.1): prefill runs the layers after the last KV source only
+    // on the last `tokens` prompt tokens (0 = off). Throws deepinfer::Error when `tokens` does
+    // not cover the sliding window plus `rollback` (tokens a later step may roll back). Returns
+    // false where the architecture has nothing to replay (the setting is then unused).
+    virtual bool configure_swa_replay(int tokens, int rollback) {
+        (void)tokens, (void)rollback;
+        return false;
+    }
 };
 
 // Loads the model in `dir` (config.json model_type decides the architecture).

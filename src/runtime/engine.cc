@@ -79,6 +79,9 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
     backend_ = kernels::make_backend(mc.device, mc.threads);
     model_ = model::load_causal_lm(mc.path, *backend_);
+    DI_CHECK(mc.swa_replay_tokens >= 0 && mc.rollback_tokens >= 0, "swa_replay_tokens and rollback_tokens must be >= 0");
+    if (model_->configure_swa_replay(mc.swa_replay_tokens, mc.rollback_tokens) && mc.swa_replay_tokens > 0)
+        spdlog::info("engine: SWA bounded replay over the last {} prompt tokens", mc.swa_replay_tokens);
     tokenizer_ = tokenizer::Tokenizer::from_dir(mc.tokenizer_path.empty() ? mc.path : mc.tokenizer_path);
     const CacheConfig& cc = config.cache;
     DI_CHECK(cc.max_sequences >= 1 && cc.block_size >= 1, "cache: max_sequences and block_size must be positive");

@@ -62,6 +62,7 @@ void EngineImpl::launch(const StepPlan& plan) {
         int32_t begin = static_cast<int32_t>(batch.token_ids.size());
         batch.token_ids.insert(batch.token_ids.end(), s->tokens.begin() + c.start, s->tokens.begin() + c.start + c.count);
         batch.seqs.push_back({begin, static_cast<int32_t>(c.count), c.start, s->cache_state});
+        batch.prompt_lengths.push_back(s->prompt_len);
         if (c.samples) batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
         s->inflight = c.count;
         s->awaiting_sample = c.samples;

@@ -170,6 +170,7 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block) {
     for (auto& t : sc.tables)
         for (auto& b : t) b = ids[next++];
     sc.num_tokens = begin;
+    sc.seqs[1].window_from = 12;  // bounded replay: positions 9..11 are outside its window
     sc.pool = random_f32({blocks_total, block, dim}, rng);
     return sc;
 }

@@ -25,7 +25,7 @@ void collect_keys(const SeqSlice& s, int seq_idx, int t, const AttentionArgs& a,
     int64_t slots = a.ring.dim(1);
     int64_t pos = s.start_pos + t;
     const float* ring = a.ring.data<float>() + static_cast<int64_t>(s.state_idx) * slots * d;
-    for (int64_t q = std::max<int64_t>(0, pos - a.window + 1); q <= pos; ++q) {
+    for (int64_t q = std::max<int64_t>(s.window_from, pos - a.window + 1); q <= pos; ++q) {
         if (q >= s.start_pos)
             rows.push_back(a.kv.data<float>() + (s.token_begin + (q - s.start_pos)) * d);
         else

@@ -168,7 +168,8 @@ std::pair<const DeviceSeq*, const int*> CudaBackend::upload_seqs(std::span<const
     std::vector<DeviceSeq> ds;
     std::vector<int> tables;
     for (size_t i = 0; i < seqs.size(); ++i) {
-        ds.push_back({seqs[i].token_begin, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].state_idx, static_cast<int>(tables.size())});
+        ds.push_back({seqs[i].token_begin, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].state_idx,
+                      static_cast<int>(tables.size()), seqs[i].window_from});
         if (store) tables.insert(tables.end(), store->tables[i].begin(), store->tables[i].end());
     }
     size_t head = ds.size() * sizeof(DeviceSeq);

@@ -31,6 +31,7 @@ struct DeviceSeq {
     long long start_pos;
     int state_idx;
     int table_offset;  // into the op's flat block-table array
+    long long window_from;
 };
 
 class CudaBackend final : public Backend {

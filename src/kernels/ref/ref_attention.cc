@@ -28,7 +28,7 @@ void RefBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& 
         for (int t = 0; t < sl.num_tokens; ++t) {
             int64_t pos = sl.start_pos + t, row = sl.token_begin + t;
             std::vector<const float*> keys;
-            for (int64_t q = std::max<int64_t>(0, pos - a.window + 1); q <= pos; ++q)
+            for (int64_t q = std::max<int64_t>(sl.window_from, pos - a.window + 1); q <= pos; ++q)
                 keys.push_back(q >= sl.start_pos ? a.kv.data<float>() + (sl.token_begin + q - sl.start_pos) * d
                                                  : a.ring.data<float>() + (sl.state_idx * slots + q % slots) * d);
             if (a.compressed == AttentionArgs::Compressed::kAllVisible) {

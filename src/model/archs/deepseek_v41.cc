@@ -21,6 +21,8 @@ using kernels::QuantFormat;
 struct DeepseekV41Model::StepState {
     explicit StepState(const Batch& s) : step(s) {}
     const Batch& step;
+    std::vector<kernels::SeqSlice> seqs;  // the step's slices (trimmed for the late layers by replay)
+    bool rebuild_windows = false;         // encoder replay: compressed state is cached already
     int64_t n = 0;
     StepInputs in;
     Tensor streams;            // [N, hc, D]
@@ -74,30 +76,137 @@ CacheLayout v41_cache_layout(const DeepseekV41Config& c) {
     return layout;
 }
 
+bool DeepseekV41Model::configure_swa_replay(int tokens, int rollback) {
+    if (cfg_.kv_source_layer_ids.empty()) return false;
+    int window = cfg_.base.sliding_window;
+    DI_CHECK(tokens == 0 || tokens >= window + rollback,
+             "SWA bounded replay of {} tokens does not cover the sliding window ({}) plus the rollback depth ({}): "
+             "use at least {} (or 0 to turn it off)",
+             tokens, window, rollback, window + rollback);
+    replay_tokens_ = tokens;
+    return true;
+}
+
+int DeepseekV41Model::first_late_layer() const {
+    return *std::max_element(cfg_.kv_source_layer_ids.begin(), cfg_.kv_source_layer_ids.end()) + 1;
+}
+
 Tensor DeepseekV41Model::forward_described(const Batch& batch, HybridCache& cache) {
-    const DeepseekV4Config& c = cfg_.base;
-    int64_t n = static_cast<int64_t>(batch.token_ids.size()), hc = c.hc_mult, D = c.hidden_size;
     StepState st{batch};
-    st.n = n;
-    st.in = upload_step_inputs(batch, c.vocab_size, backend_);
-    st.streams = backend_.empty(DType::kF32, {n, hc, D});
-    backend_.embed(st.in.ids, w_.core.embed, static_cast<int>(hc), st.streams);
-    Tensor first = Tensor::zeros(DType::kF32, {n, hc});  // the first site reads stream 0
-    for (int64_t i = 0; i < n; ++i) first.data<float>()[i * hc] = 1.0f;
-    st.pending_pre = backend_.upload(first);
-    st.x = backend_.empty(DType::kF32, {n, D});
-    st.post = backend_.empty(DType::kF32, {n, hc});
-    st.comb = backend_.empty(DType::kF32, {n, hc, hc});
-    for (int l = 0; l < c.num_hidden_layers; ++l) {
+    start_step(st);
+    std::vector<int64_t> late_from = late_positions(batch);
+    for (int l = 0; l < cfg_.base.num_hidden_layers; ++l) {
+        if (l == first_late_layer() && !late_from.empty()) enter_late_layers(st, late_from);
         attention_block(l, st, cache);
         ffn_block(l, st);
     }
     return final_logits(st);
 }
 
+void DeepseekV41Model::rebuild_windows(const Batch& batch, HybridCache& cache) {
+    if (batch.block_tables.empty()) {
+        Batch described = batch;
+        cache.describe(described);
+        return rebuild_windows(described, cache);
+    }
+    StepState st{batch};
+    st.rebuild_windows = true;
+    start_step(st);
+    for (auto& s : st.seqs) s.window_from = s.start_pos;  // nothing before the replay is in any ring
+    for (int l = 0; l < cfg_.base.num_hidden_layers; ++l) {
+        attention_block(l, st, cache);
+        ffn_block(l, st);
+    }
+}
+
+void DeepseekV41Model::start_step(StepState& st) {
+    const DeepseekV4Config& c = cfg_.base;
+    const Batch& batch = st.step;
+    int64_t n = static_cast<int64_t>(batch.token_ids.size()), hc = c.hc_mult, D = c.hidden_size;
+    st.n = n;
+    st.seqs = batch.seqs;
+    st.in = upload_step_inputs(batch, c.vocab_size, backend_);
+    st.streams = backend_.empty(DType::kF32, {n, hc, D});
+    backend_.embed(st.in.ids, w_.core.embed, static_cast<int>(hc), st.streams);
+    Tensor first = Tensor::zeros(DType::kF32, {n, hc});  // the first site reads stream 0
+    for (int64_t i = 0; i < n; ++i) first.data<float>()[i * hc] = 1.0f;
+    st.pending_pre = backend_.upload(first);
+    allocate_scratch(st);
+}
+
+void DeepseekV41Model::allocate_scratch(StepState& st) {
+    int64_t hc = cfg_.base.hc_mult;
+    st.x = backend_.empty(DType::kF32, {st.n, cfg_.base.hidden_size});
+    st.post = backend_.empty(DType::kF32, {st.n, hc});
+    st.comb = backend_.empty(DType::kF32, {st.n, hc, hc});
+}
+
+// Decoder replay: per sequence, the first position the late layers compute (empty = all).
+std::vector<int64_t> DeepseekV41Model::late_positions(const Batch& batch) const {
+    if (replay_tokens_ <= 0 || batch.prompt_lengths.size() != batch.seqs.size()) return {};
+    std::vector<int64_t> from;
+    bool any = false;
+    for (int64_t len : batch.prompt_lengths) {
+        from.push_back(std::max<int64_t>(0, len - replay_tokens_));
+        any = any || from.back() > 0;
+    }
+    return any ? from : std::vector<int64_t>{};
+}
+
+// The late layers own nothing but their window rings, so a prompt token they would only pass on
+// to positions beyond its window is dropped: each sequence keeps its rows from late_from on, and
+// its windows in these layers start there.
+void DeepseekV41Model::enter_late_layers(StepState& st, const std::vector<int64_t>& late_from) {
+    std::vector<int32_t> keep, remap(st.n, -1);
+    std::vector<int64_t> positions;
+    for (size_t s = 0; s < st.seqs.size(); ++s) {
+        kernels::SeqSlice& sl = st.seqs[s];
+        int32_t skip = static_cast<int32_t>(std::clamp<int64_t>(late_from[s] - sl.start_pos, 0, sl.num_tokens));
+        int32_t begin = static_cast<int32_t>(keep.size());
+        for (int32_t t = skip; t < sl.num_tokens; ++t) {
+            remap[sl.token_begin + t] = static_cast<int32_t>(keep.size());
+            keep.push_back(sl.token_begin + t);
+            positions.push_back(sl.start_pos + t);
+        }
+        sl = {begin, sl.num_tokens - skip, sl.start_pos + skip, sl.state_idx, late_from[s]};
+    }
+    if (static_cast<int64_t>(keep.size()) == st.n) return;
+    std::vector<int32_t> logit_rows;
+    for (int32_t r : st.step.logit_rows) {
+        DI_CHECK(remap[r] >= 0, "bounded replay: logits were requested for a row before the replayed tail");
+        logit_rows.push_back(remap[r]);
+    }
+    Tensor rows = Tensor::empty(DType::kI32, {static_cast<int64_t>(keep.size())});
+    std::copy(keep.begin(), keep.end(), rows.data<int32_t>());
+    Tensor dev_rows = backend_.upload(rows);
+    auto gather = [&](Tensor& t) {  // 4-byte rows: fp32 activations or int32 picks
+        if (!t.defined()) return;
+        std::vector<int64_t> shape = t.shape();
+        shape[0] = static_cast<int64_t>(keep.size());
+        Tensor out = backend_.empty(t.dtype(), shape);
+        backend_.gather_rows(t, dev_rows, out);
+        t = out;
+    };
+    gather(st.streams);
+    gather(st.pending_pre);
+    gather(st.selected);
+    gather(st.candidates);
+    Tensor ids = st.in.ids.reshape({st.n, 1});
+    gather(ids);
+    st.in.ids = ids.reshape({static_cast<int64_t>(keep.size())});
+    st.in.positions = upload_i64(positions, backend_);
+    if (!logit_rows.empty()) {
+        Tensor lr = Tensor::empty(DType::kI32, {static_cast<int64_t>(logit_rows.size())});
+        std::copy(logit_rows.begin(), logit_rows.end(), lr.data<int32_t>());
+        st.in.logit_rows = backend_.upload(lr);
+    }
+    st.n = static_cast<int64_t>(keep.size());
+    allocate_scratch(st);
+}
+
 Tensor DeepseekV41Model::final_logits(StepState& st) {
     const DeepseekV4Config& c = cfg_.base;
-    int64_t r = static_cast<int64_t>(st.step.logit_rows.size()), hc = c.hc_mult, D = c.hidden_size;
+    int64_t r = st.in.logit_rows.defined() ? st.in.logit_rows.numel() : 0, hc = c.hc_mult, D = c.hidden_size;
     if (r == 0) return backend_.empty(DType::kF32, {0, c.vocab_size});
     Tensor streams = backend_.empty(DType::kF32, {r, hc, D}), pre = backend_.empty(DType::kF32, {r, hc});
     backend_.gather_rows(st.streams, st.in.logit_rows, streams);
@@ -160,8 +269,8 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
         args.compressed = AttentionArgs::Compressed::kSelected;
         args.selected = st.selected;
     }
-    backend_.attention(st.step.seqs, args);
-    backend_.ring_write(st.step.seqs, kv, ls.ring);
+    backend_.attention(st.seqs, args);
+    backend_.ring_write(st.seqs, kv, ls.ring);
 
     Tensor o = args.out.reshape({n * H, d});
     backend_.rope(o, st.in.positions, static_cast<int>(H), rope, true);
@@ -181,13 +290,14 @@ void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) 
     int group = cache_layout_.layers[l].group;
     st.entries = kernels::EntryStore{ls.entries, st.step.tables_of(group)};
     st.index_keys = kernels::EntryStore{ls.index_entries, st.step.tables_of(group)};
+    if (st.rebuild_windows) return;  // entries, keys and carries of these positions are cached
     int ratio = cfg_.compress_ratios[l];
     int64_t d = c.head_dim, di = c.index_head_dim;
 
     std::vector<kernels::EntrySlot> slots;  // the entries this step completes, in pooling order
     std::vector<int64_t> entry_pos;         // each entry is roped at its group's first position
-    for (size_t s = 0; s < st.step.seqs.size(); ++s) {
-        const kernels::SeqSlice& sl = st.step.seqs[s];
+    for (size_t s = 0; s < st.seqs.size(); ++s) {
+        const kernels::SeqSlice& sl = st.seqs[s];
         for (int64_t e = sl.start_pos / ratio; e < (sl.start_pos + sl.num_tokens) / ratio; ++e) {
             slots.push_back({static_cast<int32_t>(s), e});
             entry_pos.push_back(e * ratio);
@@ -205,7 +315,7 @@ void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) 
         pa.rate = ratio;
         pa.carry = ls.carry;
         pa.out = latent = backend_.empty(DType::kF32, {g, d});
-        backend_.pool_groups(st.step.seqs, pa);
+        backend_.pool_groups(st.seqs, pa);
     }
     if (g == 0) return;
     Tensor positions = upload_i64(entry_pos, backend_);
@@ -245,7 +355,7 @@ void DeepseekV41Model::select_entries(int l, StepState& st, const Tensor& qr) {
         xa.candidates_out = backend_.empty(DType::kI32, {n, static_cast<int64_t>(cfg_.candidate_topk_blocks)});
     else if (cfg_.uses_candidates(l))
         xa.candidates_in = st.candidates;
-    backend_.indexer_topk(st.step.seqs, xa);
+    backend_.indexer_topk(st.seqs, xa);
     st.selected = xa.out;
     if (xa.candidates_out.defined()) st.candidates = xa.candidates_out;
 }

@@ -24,12 +24,24 @@ public:
     DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt, kernels::Backend& backend);
 
     const DeepseekV41Config& config() const { return cfg_; }
+    bool configure_swa_replay(int tokens, int rollback) override;
+    // Encoder replay: rebuilds every layer's window ring over the step's positions from their
+    // tokens alone, on top of compressed state (entries, index keys, carries) already cached
+    // for them — after a prefix hit that restored only compressed KV. Windows start at each
+    // slice's first position, so the rings equal a full prefill's only when the replay starts
+    // at position 0; a later start is the bounded approximation.
+    void rebuild_windows(const Batch& step, HybridCache& cache);
     int64_t vocab_size() const override { return cfg_.base.vocab_size; }
     const std::vector<int>& eos_token_ids() const override { return cfg_.base.eos_token_ids; }
 
 private:
     struct StepState;
     Tensor forward_described(const Batch& step, HybridCache& cache) override;
+    void start_step(StepState& st);
+    void allocate_scratch(StepState& st);
+    int first_late_layer() const;
+    std::vector<int64_t> late_positions(const Batch& batch) const;
+    void enter_late_layers(StepState& st, const std::vector<int64_t>& late_from);
     void enter_site(const MhcWeights& site, const Tensor& norm, StepState& st);
     void attention_block(int l, StepState& st, HybridCache& cache);
     void publish_source(int l, StepState& st, HybridCache& cache);
@@ -40,6 +52,7 @@ private:
     DeepseekV41Config cfg_;
     V41Weights w_;
     kernels::Rope rope_main_, rope_compress_;
+    int replay_tokens_ = 0;  // SWA bounded replay (0 = off)
 };
 
 // What a DeepSeek-V4.1 model caches: a window ring per layer; per KV source its entries and index
