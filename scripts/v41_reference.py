@@ -33,8 +33,8 @@ Differences from the transformers main code (documented, deliberate):
     e2m1 grids (torch 1.13 has no float8 dtype).
 Engram (n-gram memory) is not in this reference yet; fixtures set engram_layer_ids = [].
 
-Usage: v41_reference.py OUT_DIR   (writes OUT_DIR/<fixture>/{config.json, model.safetensors,
-reference.safetensors})
+Usage: v41_reference.py OUT_DIR [FIXTURE ...]   (writes OUT_DIR/<fixture>/{config.json,
+model.safetensors, reference.safetensors}; all fixtures by default)
 """
 import json
 import math
@@ -422,6 +422,12 @@ def store(value, dtype):
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
+        if isinstance(t, tuple):  # already encoded: (bytes, safetensors dtype, shape)
+            raw, dt, shape = t
+            header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+            blobs.append(raw)
+            offset += len(raw)
+            continue
         t = t.contiguous()
         if t.dtype == torch.bfloat16:
             raw, dt = t.view(torch.int16).numpy().tobytes(), "BF16"
@@ -466,6 +472,87 @@ def rope_parameters(c):
     return {"main": {"rope_type": "default", "rope_theta": c["rope_theta"]}, "compress": compress}
 
 
+# ---------------------------------------------------------------------------------------------
+# The release layout: official tensor names, FP8 e4m3 dense linears with a power-of-two (E8M0)
+# scale per 32 x 32 block, MXFP4 routed experts (e2m1 codes two a byte, lower nibble = even
+# column, an E8M0 scale per 32 inputs), and draft-model tensors under mtp.* (ignored by the
+# main model). The reference computes with the dequantised values.
+
+FP8_LINEARS = ("attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight", "attn.wo_b.weight",
+               "attn.indexer.wq_b.weight", "shared_experts.w1.weight", "shared_experts.w2.weight",
+               "shared_experts.w3.weight")
+
+
+def e8m0_bytes(scale):
+    return (torch.log2(scale).round().to(torch.int64) + 127).to(torch.uint8).numpy().tobytes()
+
+
+def e4m3_codes(v):
+    """Byte codes of values already on the e4m3 grid."""
+    mag, sign = v.abs().double(), (v < 0).to(torch.int64)
+    exp = torch.floor(torch.log2(mag.clamp_min(2.0 ** -9)))
+    normal = exp >= -6
+    e_field = torch.where(normal, exp + 7, torch.zeros_like(exp))
+    mant = torch.where(normal, (mag / torch.pow(2.0, exp) - 1) * 8, mag / 2.0 ** -9)
+    code = (e_field.to(torch.int64) << 3) | mant.round().to(torch.int64)
+    code = torch.where(mag == 0, torch.zeros_like(code), code)
+    return ((sign << 7) | code).to(torch.uint8)
+
+
+def quantize_fp8_blocks(w):
+    """(dequantised values, e4m3 codes, E8M0 scales) with 32 x 32 blocks."""
+    r, c = w.shape
+    b = w.reshape(r // 32, 32, c // 32, 32)
+    scale = pow2_ceil(b.abs().amax(dim=(1, 3)).clamp_min(1e-4) / 448.0)
+    q = round_e4m3((b / scale[:, None, :, None]).clamp(-448, 448))
+    return (q * scale[:, None, :, None]).reshape(r, c), e4m3_codes(q.reshape(r, c)), scale
+
+
+def quantize_mxfp4(w):
+    """(dequantised values, packed e2m1 bytes, E8M0 scales per 32 inputs)."""
+    r, c = w.shape
+    b = w.reshape(r, c // 32, 32)
+    scale = pow2_ceil(b.abs().amax(-1).clamp_min(6.0 * 2.0 ** -126) / 6.0)
+    q = round_e2m1((b / scale[..., None]).clamp(-6, 6)).reshape(r, c)
+    codes = (q.abs()[..., None] == E2M1).to(torch.int64).argmax(-1) | (torch.signbit(q).to(torch.int64) << 3)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    return (q.reshape(r, c // 32, 32) * scale[..., None]).reshape(r, c), packed, scale
+
+
+def release_name(name):
+    if name.startswith("model.layers."):
+        return name[len("model."):]
+    return {"model.embed.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight"}[name]
+
+
+def to_release(stored, values, gen, c):
+    """Re-encodes the checkpoint in the release layout; updates `values` to what it holds."""
+    out = {}
+    for name, t in stored.items():
+        rel = release_name(name)
+        base = rel[:-len(".weight")]
+        if name.endswith(FP8_LINEARS):
+            deq, codes, scale = quantize_fp8_blocks(values[name])
+            out[rel] = (codes.numpy().tobytes(), "F8_E4M3", list(codes.shape))
+            out[base + ".scale"] = (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
+            values[name] = deq
+        elif ".ffn.experts." in name:
+            deq, packed, scale = quantize_mxfp4(values[name])
+            out[rel] = (packed.numpy().tobytes(), "I8", list(packed.shape))
+            out[base + ".scale"] = (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
+            values[name] = deq
+        else:
+            out[rel] = t
+    D = c["hidden_size"]  # a draft layer's worth of names the main model must skip
+    w = torch.randn(c["q_lora_rank"], D, generator=gen) / math.sqrt(D)
+    _, codes, scale = quantize_fp8_blocks(w)
+    out["mtp.0.attn.wq_a.weight"] = (codes.numpy().tobytes(), "F8_E4M3", list(codes.shape))
+    out["mtp.0.attn.wq_a.scale"] = (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
+    out["mtp.0.main_proj.weight"] = torch.randn(D, 3 * D, generator=gen).to(torch.bfloat16)
+    out["mtp.0.main_norm.weight"] = torch.ones(D).to(torch.bfloat16)
+    return out
+
+
 BASE = dict(num_key_value_heads=1, n_shared_experts=1, scoring_func="sqrtsoftplus", topk_method="noaux_tc",
             norm_topk_prob=True, hidden_act="silu", hc_mult=4, hc_eps=1e-6, engram_layer_ids=[],
             num_nextn_predict_layers=0, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
@@ -494,7 +581,23 @@ FIXTURES = {
         kv_source_layer_ids=[0, 2], index_source_layer_ids=[0, 2, 4], candidate_source_layer_id=-1,
         candidate_topk_blocks=2048, candidate_block_size=8, index_n_heads=2, index_head_dim=32, index_topk=5,
         hc_sinkhorn_iters=7)),
+    # The release layout (names, FP8 32x32 + MXFP4 with E8M0 scales, mtp.* extras); every
+    # quantised matrix dimension is a multiple of 32.
+    "v41_release_fp8": dict(seq_len=64, release=True, config=dict(
+        BASE, vocab_size=256, hidden_size=64, num_hidden_layers=5, num_attention_heads=2, head_dim=64,
+        q_lora_rank=64, qk_rope_head_dim=16, o_groups=2, o_lora_rank=32, moe_intermediate_size=32,
+        n_routed_experts=6, num_experts_per_tok=2, routed_scaling_factor=1.5, swiglu_limit=10.0,
+        rms_norm_eps=1e-20, max_position_embeddings=4096, rope_theta=10000.0, compress_rope_theta=160000.0,
+        rope_scaling={"type": "yarn", "factor": 4, "original_max_position_embeddings": 256, "beta_fast": 32,
+                      "beta_slow": 1},
+        sliding_window=8, compress_ratios=[0, 2, 2, 1, 1, 0], kv_source_layer_ids=[1, 3],
+        index_source_layer_ids=[1, 3, 4], candidate_source_layer_id=3, candidate_topk_blocks=3,
+        candidate_block_size=4, index_n_heads=4, index_head_dim=32, index_topk=4, hc_sinkhorn_iters=20,
+        num_nextn_predict_layers=1)),
 }
+
+RELEASE_QUANT = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
+                 "scale_fmt": "ue8m0", "expert_dtype": "fp4"}
 
 
 def make_fixture(name, spec, out_root):
@@ -505,6 +608,8 @@ def make_fixture(name, spec, out_root):
         stored, values = {}, {}
         for tname, (shape, dtype) in tensor_shapes(c).items():
             stored[tname], values[tname] = store(random_value(tname, shape, gen), dtype)
+        if spec.get("release"):
+            stored = to_release(stored, values, gen, c)
         ids = torch.randint(0, c["vocab_size"], (spec["seq_len"],), generator=gen)
         ref = Reference(c, values)
         with torch.no_grad():
@@ -516,6 +621,8 @@ def make_fixture(name, spec, out_root):
     os.makedirs(out, exist_ok=True)
     cfg = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
            "text_config": dict(text_config(c), model_type="deepseek_v41_text", gate_temp=c.get("gate_temp", 1.0))}
+    if spec.get("release"):
+        cfg["quantization_config"] = RELEASE_QUANT
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     write_safetensors(os.path.join(out, "model.safetensors"), stored)
@@ -526,8 +633,9 @@ def make_fixture(name, spec, out_root):
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else "tests/data/v41"
     torch.set_num_threads(2)
-    for name, spec in FIXTURES.items():
-        make_fixture(name, spec, out_root)
+    wanted = sys.argv[2:] or list(FIXTURES)
+    for name in wanted:
+        make_fixture(name, FIXTURES[name], out_root)
 
 
 if __name__ == "__main__":

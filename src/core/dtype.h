@@ -7,7 +7,7 @@
 
 namespace deepinfer {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kUnknown };
+enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kUnknown };
 
 // Bytes per element (0 for kUnknown).
 size_t dtype_size(DType dtype);

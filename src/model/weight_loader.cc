@@ -25,6 +25,13 @@ Names global_names(std::initializer_list<std::string> names) {
 }
 namespace {
 
+// An unsigned power-of-two exponent (OCP E8M0): 2^(b - 127); 255 is NaN.
+float e8m0_to_f32(uint8_t b) { return b == 255 ? std::nanf("") : std::ldexp(1.0f, static_cast<int>(b) - 127); }
+
+// float4 e2m1 codes (sign in bit 3).
+constexpr float kE2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
 Tensor widen_to_f32(const Tensor& t) {
     Tensor out = Tensor::empty(DType::kF32, t.shape());
     float* o = out.data<float>();
@@ -34,6 +41,7 @@ Tensor widen_to_f32(const Tensor& t) {
             case DType::kBF16: o[i] = bf16_to_f32(t.data<uint16_t>()[i]); break;
             case DType::kF16: o[i] = f16_to_f32(t.data<uint16_t>()[i]); break;
             case DType::kF64: o[i] = static_cast<float>(t.data<double>()[i]); break;
+            case DType::kF8E8M0: o[i] = e8m0_to_f32(t.data<uint8_t>()[i]); break;
             default: break;
         }
     }
@@ -62,6 +70,9 @@ Tensor WeightLoader::checked(const std::string& name, const std::vector<int64_t>
 
 Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) const {
     std::string name = resolve(names);
+    const SafetensorsEntry& e = ckpt_.entry(name);
+    if ((e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2)  // MXFP4: two e2m1 codes a byte
+        return dequantize_fp4(name, shape);
     Tensor t = checked(name, shape);
     switch (t.dtype()) {
         case DType::kBF16:
@@ -69,7 +80,8 @@ Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) cons
         case DType::kF16: return widen_to_f32(t);
         case DType::kF8E4M3: return dequantize_fp8(name, t);
         default:
-            fail("tensor '{}' in {} has dtype {}, which is not supported for weights (bf16, fp32, fp16, fp8 e4m3)", name,
+            fail("tensor '{}' in {} has dtype {}, which is not supported for weights (bf16, fp32, fp16, fp8 e4m3, "
+                 "packed fp4)", name,
                  ckpt_.file_of(name), dtype_name(t.dtype()));
     }
 }
@@ -85,7 +97,8 @@ Tensor WeightLoader::matrix_f32_copy(const Names& names, std::vector<int64_t> sh
 Tensor WeightLoader::param(const Names& names, std::vector<int64_t> shape) const {
     std::string name = resolve(names);
     Tensor t = checked(name, shape);
-    DI_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16 || t.dtype() == DType::kF64,
+    DI_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16 ||
+                 t.dtype() == DType::kF64 || t.dtype() == DType::kF8E8M0,
              "tensor '{}' in {} has dtype {}, expected a float type", name, ckpt_.file_of(name), dtype_name(t.dtype()));
     return t.dtype() == DType::kF32 ? t : widen_to_f32(t);
 }
@@ -118,6 +131,29 @@ Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& q) co
                 out.data<uint16_t>()[r * cols + c] = f32_to_bf16(v);
             else
                 out.data<float>()[r * cols + c] = v;
+        }
+    return out;
+}
+
+// Routed experts of the releases: e2m1 codes packed two per byte along the input dimension
+// (the lower nibble holds the even column), one power-of-two scale per 32 inputs. Every value
+// is exact in bf16.
+Tensor WeightLoader::dequantize_fp4(const std::string& name, const std::vector<int64_t>& shape) const {
+    int64_t rows = shape[0], cols = shape[1];
+    DI_CHECK(cols % 32 == 0, "packed FP4 tensor '{}': {} columns are not a multiple of the 32-column scale block", name,
+             cols);
+    Tensor q = checked(name, {rows, cols / 2});
+    std::string base = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    auto scale_name = ckpt_.find({base + ".scale", name + "_scale", base + ".weight_scale"});
+    DI_CHECK(scale_name.has_value(), "packed FP4 tensor '{}' in {} has no scale ({}.scale)", name, ckpt_.file_of(name), base);
+    Tensor scale = param({*scale_name}, {rows, cols / 32});
+    Tensor out = Tensor::empty(DType::kBF16, {rows, cols});
+    const uint8_t* src = q.data<uint8_t>();
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            uint8_t byte = src[r * (cols / 2) + c / 2];
+            float v = kE2m1[c % 2 == 0 ? byte & 0xF : byte >> 4] * scale.data<float>()[r * (cols / 32) + c / 32];
+            out.data<uint16_t>()[r * cols + c] = f32_to_bf16(v);
         }
     return out;
 }

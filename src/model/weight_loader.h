@@ -3,7 +3,9 @@
 //  - matrix(): matmul weights. bf16 / fp32 stay as stored (zero-copy); fp16 widens to fp32; FP8
 //    e4m3 with block scales (`<name>_scale_inv` or `.scale`) is dequantised to bf16 when every
 //    scale is a power of two (then exactly), else to fp32.
-//  - param(): everything else that is float (norms, biases, mHC, sinks) as fp32.
+//    I8 / U8 2-D weights are MXFP4 (two e2m1 codes a byte, a power-of-two `.scale` per 32
+//    inputs) and dequantised to bf16 (exactly).
+//  - param(): everything else that is float (norms, biases, mHC, sinks, E8M0 scales) as fp32.
 //  - table(): integer tables (tid2eid) as stored.
 // Each takes candidate names (release, HF-saved and HF-module spellings); errors name them all.
 #include <array>
@@ -38,6 +40,7 @@ private:
     std::string resolve(const Names& names) const;
     Tensor checked(const std::string& name, const std::vector<int64_t>& shape) const;
     Tensor dequantize_fp8(const std::string& name, const Tensor& q) const;
+    Tensor dequantize_fp4(const std::string& name, const std::vector<int64_t>& shape) const;
 
     const Checkpoint& ckpt_;
     std::array<int, 2> fp8_block_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "core/safetensors.h"
 #include "kernels/backend.h"
 #include "kernels/ref/ref_backend.h"
 #include "model/archs/deepseek_v41.h"
@@ -44,7 +45,23 @@ TEST_P(V41Parity, ReferenceBackendMatchesReference) {
                   GetParam() + " reference backend, chunk 5");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, V41Parity, ::testing::Values("v41_tiny_a", "v41_tiny_b"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, V41Parity, ::testing::Values("v41_tiny_a", "v41_tiny_b", "v41_release_fp8"));
+
+// v41_release_fp8 is what the release ships: official names without the "model." prefix, FP8
+// e4m3 linears and MXFP4 experts with E8M0 scales, draft tensors under mtp.*.
+TEST(V41ReleaseLayout, FixtureHasTheReleaseEncodings) {
+    SafetensorsFile f(test::data_path("v41/v41_release_fp8/model.safetensors"));
+    auto dtype_of = [&](const std::string& name) { return f.entries().at(name).dtype; };
+    EXPECT_EQ(dtype_of("layers.1.attn.wq_a.weight"), DType::kF8E4M3);
+    EXPECT_EQ(dtype_of("layers.1.attn.wq_a.scale"), DType::kF8E8M0);
+    EXPECT_EQ(dtype_of("layers.2.ffn.experts.3.w2.weight"), DType::kI8);
+    EXPECT_EQ(f.entries().at("layers.2.ffn.experts.3.w2.weight").shape, (std::vector<int64_t>{64, 16}));
+    EXPECT_EQ(dtype_of("layers.2.ffn.experts.3.w2.scale"), DType::kF8E8M0);
+    EXPECT_EQ(dtype_of("embed.weight"), DType::kBF16);
+    EXPECT_EQ(dtype_of("head.weight"), DType::kBF16);
+    EXPECT_EQ(dtype_of("mtp.0.attn.wq_a.weight"), DType::kF8E4M3);
+    EXPECT_FALSE(f.contains("model.embed.weight"));
+}
 
 }  // namespace
 }  // namespace deepinfer
