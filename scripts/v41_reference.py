@@ -31,7 +31,13 @@ Differences from the transformers main code (documented, deliberate):
     seeds with a near-tie of unequal scores at any top-k boundary.
   * FP8/FP4 rounding is implemented here with explicit round-to-nearest-even on the e4m3 /
     e2m1 grids (torch 1.13 has no float8 dtype).
-Engram (n-gram memory) is not in this reference yet; fixtures set engram_layer_ids = [].
+  * Engram: per token, the n-grams (2..max) of compressed token ids ending there are hashed
+    (per-layer numpy PCG64 multipliers, XOR rolling, a prime bucket per n-gram size and head)
+    into table rows; wkv turns the rows into one key per hc stream and a value; the value is
+    added to each stream gated by sigmoid(signed sqrt(normalised stream . key)). Applied to
+    the streams before the layer's block. The compressed token map comes from the tokenizer's
+    single-token decodings normalised NFKC, NFD, marks stripped, lowercased per character,
+    whitespace runs collapsed, stripped (a lone space kept), computed here with unicodedata.
 
 Usage: v41_reference.py OUT_DIR [FIXTURE ...]   (writes OUT_DIR/<fixture>/{config.json,
 model.safetensors, reference.safetensors}; all fixtures by default)
@@ -39,8 +45,10 @@ model.safetensors, reference.safetensors}; all fixtures by default)
 import json
 import math
 import os
+import re
 import struct
 import sys
+import unicodedata
 
 import torch
 import torch.nn.functional as F
@@ -146,6 +154,98 @@ def fake_fp4(x, block, e4m3_scales):
 
 
 # ---------------------------------------------------------------------------------------------
+# Engram: compressed token map, hash layout, the gated n-gram memory.
+
+WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200b))) + "\u2028\u2029\u202f\u205f\u3000"
+
+
+def bytes_to_unicode():
+    """GPT-2's byte-level alphabet: printable bytes map to themselves, the rest above 255."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, n = keep[:], 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return dict(zip(keep, map(chr, chars)))
+
+
+def engram_normalize(text):
+    t = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
+    t = "".join(ch for ch in t if not unicodedata.category(ch).startswith("M"))
+    t = "".join(ch.lower() for ch in t)
+    t = re.sub("[ \t\r\n]+", " ", t)
+    if t == " ":
+        t = "\ue000"
+    return t.strip(WHITE_SPACE).replace("\ue000", " ")
+
+
+def compressed_token_map(tokens, specials):
+    """tokens: byte-level strings by id; specials: id -> content. Returns (map, size)."""
+    decoder = {v: k for k, v in bytes_to_unicode().items()}
+    keys, lookup = {}, []
+    for i, tok in enumerate(tokens):
+        if i in specials:
+            text = specials[i]
+        else:
+            text = bytes(decoder[ch] for ch in tok).decode("utf-8", errors="replace")
+        key = tok if "\ufffd" in text else (engram_normalize(text) or text)
+        lookup.append(keys.setdefault(key, len(keys)))
+    return lookup, len(keys)
+
+
+def engram_primes(c):
+    from sympy import isprime
+    seen, primes = set(), []
+    for _ in c["engram_layer_ids"]:
+        per = []
+        for _ in range(c["engram_max_ngram_size"] - 1):
+            sizes, cur = [], c["engram_vocab_size"] - 1
+            for _ in range(c["engram_n_heads"]):
+                cur += 1
+                while not isprime(cur) or cur in seen:
+                    cur += 1
+                seen.add(cur)
+                sizes.append(cur)
+            per.append(sizes)
+        primes.append(per)
+    return primes
+
+
+def engram_multipliers(c, compressed_vocab):
+    import numpy as np
+    bound = max(1, (np.iinfo(np.int64).max // compressed_vocab) // 2)
+    rows = []
+    for layer in c["engram_layer_ids"]:
+        v = np.random.default_rng(10007 * layer).integers(low=0, high=bound, size=(c["engram_max_ngram_size"],),
+                                                          dtype=np.int64)
+        rows.append([int(x) * 2 + 1 for x in v])
+    return rows
+
+
+def engram_hash_ids(c, ids, token_map, compressed_vocab):
+    """[T, layers, (max_ngram - 1) * heads] table rows of each position's n-grams."""
+    primes, mults = engram_primes(c), engram_multipliers(c, compressed_vocab)
+    pad = token_map[c["engram_pad_id"]]
+    comp = [token_map[int(t)] for t in ids]
+    out = []
+    for p in range(len(comp)):
+        per_layer = []
+        for li in range(len(c["engram_layer_ids"])):
+            toks = [comp[p - k] if p - k >= 0 else pad for k in range(c["engram_max_ngram_size"])]
+            rolling, row, offset = toks[0] * mults[li][0], [], 0
+            for n in range(1, c["engram_max_ngram_size"]):
+                rolling ^= toks[n] * mults[li][n]
+                for prime in primes[li][n - 1]:
+                    row.append(rolling % prime + offset)
+                    offset += prime
+            per_layer.append(row)
+        out.append(per_layer)
+    return torch.tensor(out, dtype=torch.long)
+
+
+# ---------------------------------------------------------------------------------------------
 # The model.
 
 class Gaps:
@@ -215,8 +315,13 @@ class Reference:
         pre_mix = torch.zeros(T, c["hc_mult"])
         pre_mix[:, 0] = 1.0
         shared = {}
+        hash_ids = None
+        if c.get("engram_layer_ids"):
+            hash_ids = engram_hash_ids(c, ids, self.token_map, c["engram_compressed_vocab_size"])
         for l in range(c["num_hidden_layers"]):
             pfx = f"model.layers.{l}."
+            if l in c.get("engram_layer_ids", []):
+                streams = self.engram(l, streams, hash_ids[:, c["engram_layer_ids"].index(l)])
             a_pre, a_post, a_comb = mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
                                           self.p(pfx + "hc_attn_scale"), c)
             h = rms_norm(collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), c["rms_norm_eps"])
@@ -228,6 +333,19 @@ class Reference:
             pre_mix = f_pre
         h = rms_norm(collapse(streams, pre_mix), self.p("model.norm.weight"), c["rms_norm_eps"])
         return h @ self.p("lm_head.weight").t()
+
+    def engram(self, l, streams, rows):
+        c, pfx = self.c, f"model.layers.{l}.engram."
+        hc, D = c["hc_mult"], c["hidden_size"]
+        e = self.p(pfx + "embed.weight")[rows].flatten(1)  # [T, cols * head_dim]
+        kv = e @ self.p(pfx + "wkv.weight").t()
+        key, value = kv[:, :hc * D].view(-1, hc, D), kv[:, hc * D:]
+        weight = self.p(pfx + "q_weight") * self.p(pfx + "k_weight")
+        eps = c["rms_norm_eps"]
+        rstd = torch.rsqrt(streams.pow(2).mean(-1) + eps) * torch.rsqrt(key.pow(2).mean(-1) + eps)
+        dot = (streams * weight * key).sum(-1) * rstd * D ** -0.5
+        gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(1e-6).sqrt(), dot))
+        return streams + gate.unsqueeze(-1) * value.unsqueeze(1)
 
     def compress(self, l, x):
         """Pre-RoPE latents of every complete group of this source [G, head_dim]."""
@@ -390,6 +508,12 @@ def tensor_shapes(c):
                       "attn.indexer.weights_proj.weight": ([hi, D], "bf16")})
             if l in c["kv_source_layer_ids"]:
                 s.update({"attn.indexer.wk.weight": ([di, d], "bf16"), "attn.indexer.k_norm.weight": ([di], "bf16")})
+        if l in c.get("engram_layer_ids", []):
+            rows = c["engram_num_embeddings"][c["engram_layer_ids"].index(l)]
+            cols = (c["engram_max_ngram_size"] - 1) * c["engram_n_heads"] * c["engram_head_dim"]
+            s.update({"engram.embed.weight": ([rows, c["engram_head_dim"]], "bf16"),
+                      "engram.wkv.weight": ([(hc + 1) * D, cols], "bf16"),
+                      "engram.q_weight": ([hc, D], "f32"), "engram.k_weight": ([hc, D], "f32")})
         shapes.update({p + k: v for k, v in s.items()})
     return shapes
 
@@ -402,6 +526,10 @@ def random_value(name, shape, gen):
         return 0.5 * torch.randn(shape, generator=gen)
     if name.endswith("_base") or name.endswith("gate.bias") or name.endswith("bias_vl"):
         return 0.5 * torch.randn(shape, generator=gen)
+    if name.endswith("q_weight") or name.endswith("k_weight"):
+        return 1.0 + 0.5 * torch.randn(shape, generator=gen)
+    if name.endswith("engram.embed.weight"):
+        return torch.randn(shape, generator=gen)
     if name.endswith("_scale"):
         return 0.5 + torch.rand(shape, generator=gen)
     if name.endswith("_fn"):
@@ -458,7 +586,9 @@ def text_config(c):
             "max_position_embeddings", "rope_theta", "compress_rope_theta", "rope_scaling", "sliding_window",
             "compress_ratios", "kv_source_layer_ids", "index_source_layer_ids", "candidate_source_layer_id",
             "candidate_topk_blocks", "candidate_block_size", "index_n_heads", "index_head_dim", "index_topk",
-            "hc_mult", "hc_sinkhorn_iters", "hc_eps", "engram_layer_ids", "num_nextn_predict_layers",
+            "hc_mult", "hc_sinkhorn_iters", "hc_eps", "engram_layer_ids", "engram_max_ngram_size", "engram_n_heads",
+            "engram_head_dim", "engram_vocab_size", "engram_num_embeddings", "engram_compressed_vocab_size",
+            "engram_pad_id", "num_nextn_predict_layers",
             "tie_word_embeddings", "bos_token_id", "eos_token_id"]
     return {k: c[k] for k in keys if k in c}
 
@@ -594,7 +724,64 @@ FIXTURES = {
         index_source_layer_ids=[1, 3, 4], candidate_source_layer_id=3, candidate_topk_blocks=3,
         candidate_block_size=4, index_n_heads=4, index_head_dim=32, index_topk=4, hc_sinkhorn_iters=20,
         num_nextn_predict_layers=1)),
+    # Engram n-gram memory on two layers, with a tokenizer whose tokens collapse under the
+    # normalisation (case, accents, ligatures, whitespace).
+    "v41_engram": dict(seq_len=72, engram=True, config=dict(
+        BASE, vocab_size=0, hidden_size=64, num_hidden_layers=5, num_attention_heads=2, head_dim=64,
+        q_lora_rank=48, qk_rope_head_dim=16, o_groups=2, o_lora_rank=24, moe_intermediate_size=32,
+        n_routed_experts=6, num_experts_per_tok=2, routed_scaling_factor=1.5, swiglu_limit=10.0,
+        rms_norm_eps=1e-6, max_position_embeddings=4096, rope_theta=10000.0, compress_rope_theta=160000.0,
+        rope_scaling=None, sliding_window=8, compress_ratios=[0, 2, 2, 1, 1], kv_source_layer_ids=[1, 3],
+        index_source_layer_ids=[1, 3, 4], candidate_source_layer_id=3, candidate_topk_blocks=3,
+        candidate_block_size=4, index_n_heads=2, index_head_dim=32, index_topk=4, hc_sinkhorn_iters=20,
+        engram_layer_ids=[1, 3], engram_max_ngram_size=4, engram_n_heads=2, engram_head_dim=16,
+        engram_vocab_size=101, engram_pad_id=2)),
 }
+
+ENGRAM_WORDS = ["the", "The", "THE", " the", " The", "ing", "ING", " ing", "café", "Café", "CAFÉ", "cafe", "é",
+                "É", "ﬁ", "fi", "  ", "\t\t", "\n\n", " \n", "Σ", "σ", "ς"]
+ENGRAM_SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"]
+
+
+def engram_tokenizer():
+    """A byte-level BPE whose vocabulary collapses under the Engram normalisation: case,
+    accents, compatibility forms and whitespace variants of a few words. Returns the
+    tokenizer.json object, the token strings by id and the special tokens by id."""
+    enc = bytes_to_unicode()
+    tokens = [enc[b] for b in range(256)]
+    index, merges = {t: i for i, t in enumerate(tokens)}, []
+    for word in ENGRAM_WORDS:
+        w = "".join(enc[b] for b in word.encode("utf-8"))
+        for i in range(2, len(w) + 1):
+            if w[:i] not in index:
+                merges.append(f"{w[:i - 1]} {w[i - 1]}")
+                index[w[:i]] = len(tokens)
+                tokens.append(w[:i])
+    specials = {}
+    for content in ENGRAM_SPECIALS:
+        specials[len(tokens)] = content
+        tokens.append(content)
+    vocab = {t: i for i, t in enumerate(tokens) if i not in specials}
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in specials.items()]
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                               "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                     "merges": merges}}
+    return tok, tokens, specials
+
+
+def engram_config(c, tokens, specials):
+    """Fills in the Engram sizes the tokenizer and the prime layout determine."""
+    c["vocab_size"] = len(tokens)
+    token_map, size = compressed_token_map(tokens, specials)
+    c["engram_compressed_vocab_size"] = size
+    c["engram_num_embeddings"] = [sum(sum(per) for per in layer) for layer in engram_primes(c)]
+    return token_map
+
 
 RELEASE_QUANT = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
                  "scale_fmt": "ue8m0", "expert_dtype": "fp4"}
@@ -603,6 +790,10 @@ RELEASE_QUANT = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_
 def make_fixture(name, spec, out_root):
     c = dict(spec["config"])
     c["rope_parameters"] = rope_parameters(c)
+    token_map, tokenizer = None, None
+    if spec.get("engram"):
+        tokenizer, tokens, specials = engram_tokenizer()
+        token_map = engram_config(c, tokens, specials)
     for seed in range(100):
         gen = torch.Generator().manual_seed(1000 * seed + len(name))
         stored, values = {}, {}
@@ -612,6 +803,7 @@ def make_fixture(name, spec, out_root):
             stored = to_release(stored, values, gen, c)
         ids = torch.randint(0, c["vocab_size"], (spec["seq_len"],), generator=gen)
         ref = Reference(c, values)
+        ref.token_map = token_map
         with torch.no_grad():
             logits = ref.forward(ids)
         if ref.gaps.min >= MIN_TOPK_GAP:
@@ -626,7 +818,14 @@ def make_fixture(name, spec, out_root):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     write_safetensors(os.path.join(out, "model.safetensors"), stored)
-    write_safetensors(os.path.join(out, "reference.safetensors"), {"input_ids": ids.long(), "logits": logits.float()})
+    if tokenizer is not None:
+        with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tokenizer, f, ensure_ascii=False)
+    outputs = {"input_ids": ids.long(), "logits": logits.float()}
+    if token_map is not None:  # the intermediate Engram results, to check the C++ pieces one by one
+        outputs["engram_token_map"] = torch.tensor(token_map, dtype=torch.long)
+        outputs["engram_hash_ids"] = engram_hash_ids(c, ids, token_map, c["engram_compressed_vocab_size"])
+    write_safetensors(os.path.join(out, "reference.safetensors"), outputs)
     print(f"{name}: {ids.numel()} tokens, max|logit| {logits.abs().max():.3f}, min top-k gap {ref.gaps.min:.2e}")
 
 

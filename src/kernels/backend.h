@@ -173,6 +173,10 @@ public:
                         const MhcParams& p, Tensor& pre, Tensor& post, Tensor& comb) = 0;
     // out[N, D] = Σ_j pre[N, j] * streams[N, j, D].
     virtual void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) = 0;
+    // Engram (DeepSeek-V4.1), in place on streams [N, hc, D] with kv [N, (hc + 1) * D] = hc keys
+    // then one value: streams[n, j] += g * value[n], g = sigmoid(signed sqrt(max(|t|, 1e-6))),
+    // t = Σ_d streams·weight[j]·key[j] / (rms(streams[n, j]) rms(key[j]) sqrt(D)), rms with eps.
+    virtual void engram_gate(Tensor& streams, const Tensor& kv, const Tensor& weight, float eps) = 0;
     // out[N, D] = Σ_j (sigmoid(rms(flat) · fnᵀ * scale + base) + eps)_j * streams[j].
     virtual void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                          const MhcParams& p, Tensor& out) = 0;

@@ -2,6 +2,7 @@
 // What the runtime needs from a model: a forward step over a flat batch of new tokens from many
 // sequences, and a cache of per-sequence state with block-granular capacity. One implementation
 // per architecture (archs/); load_causal_lm() picks it from config.json's model_type.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,20 @@ struct Batch {
     std::vector<std::vector<std::vector<int32_t>>> block_tables;
     // Per sequence: the length of the request's prompt (empty = unknown), for SWA bounded replay.
     std::vector<int64_t> prompt_lengths;
+    // Per sequence: the tokens right before its first new one (most recent last; up to
+    // kContextTokens), for n-gram lookups (Engram) that look behind the step.
+    std::vector<std::vector<int32_t>> context_tokens;
+    static constexpr int kContextTokens = 8;
+
+    // Appends positions [start, start + count) of a sequence whose tokens so far are `tokens`
+    // (its slice, ids and context); logit rows and prompt lengths are the caller's.
+    void append(std::span<const int32_t> tokens, int64_t start, int32_t count, int32_t state) {
+        int32_t begin = static_cast<int32_t>(token_ids.size());
+        token_ids.insert(token_ids.end(), tokens.begin() + start, tokens.begin() + start + count);
+        seqs.push_back({begin, count, start, state});
+        int64_t from = std::max<int64_t>(0, start - kContextTokens);
+        context_tokens.emplace_back(tokens.begin() + from, tokens.begin() + start);
+    }
 
     // The sequences' block tables of one group, as spans.
     std::vector<std::span<const int32_t>> tables_of(int group) const {

@@ -70,7 +70,34 @@ void check_layout(DeepseekV41Config& c) {
     DI_CHECK(c.candidate_topk_blocks > 0 && c.candidate_block_size > 0, "config.json: candidate blocks must be positive");
 }
 
+void parse_engram(const json& j, DeepseekV41Config& c) {
+    EngramConfig& e = c.engram;
+    e.layer_ids = int_list(j, "engram_layer_ids", {});
+    if (e.layer_ids.empty()) return;
+    e.max_ngram_size = value_or<int>(j, "engram_max_ngram_size", 4);
+    e.n_heads = value_or<int>(j, "engram_n_heads", 8);
+    e.head_dim = value_or<int>(j, "engram_head_dim", 256);
+    e.vocab_size = value_or<int64_t>(j, "engram_vocab_size", 0);
+    e.compressed_vocab_size = value_or<int64_t>(j, "engram_compressed_vocab_size", 0);
+    e.pad_id = value_or<int>(j, "engram_pad_id", 2);
+    if (j.contains("engram_num_embeddings") && j["engram_num_embeddings"].is_array())
+        e.num_embeddings = j["engram_num_embeddings"].get<std::vector<int64_t>>();
+    for (int l : e.layer_ids)
+        DI_CHECK(l >= 0 && l < c.base.num_hidden_layers, "config.json: Engram layer {} is not a layer", l);
+    DI_CHECK(e.num_embeddings.size() == e.layer_ids.size(),
+             "config.json: engram_num_embeddings has {} entries for {} Engram layers", e.num_embeddings.size(),
+             e.layer_ids.size());
+    DI_CHECK(e.max_ngram_size >= 2 && e.n_heads >= 1 && e.head_dim >= 1 && e.vocab_size >= 2 &&
+                 e.compressed_vocab_size >= 1,
+             "config.json: Engram sizes (max n-gram, heads, head dim, vocab, compressed vocab) must be positive");
+}
+
 }  // namespace
+
+int DeepseekV41Config::engram_index(int l) const {
+    auto it = std::find(engram.layer_ids.begin(), engram.layer_ids.end(), l);
+    return it == engram.layer_ids.end() ? -1 : static_cast<int>(it - engram.layer_ids.begin());
+}
 
 bool DeepseekV41Config::is_index_source(int l) const { return contains(index_source_layer_ids, l); }
 
@@ -105,11 +132,9 @@ DeepseekV41Config parse_deepseek_v41_config(const json& top) {
     c.candidate_topk_blocks = value_or<int>(j, "candidate_topk_blocks", c.candidate_topk_blocks);
     c.candidate_block_size = value_or<int>(j, "candidate_block_size", c.candidate_block_size);
     c.gate_temp = value_or<float>(j, "gate_temp", 1.0f);
-    c.engram_layer_ids = int_list(j, "engram_layer_ids", {});
     check_layout(c);
+    parse_engram(j, c);
 
-    DI_CHECK(c.engram_layer_ids.empty(), "config.json: Engram layers ({} of them) are not supported by this build yet",
-             c.engram_layer_ids.size());
     DI_CHECK(c.base.num_experts_per_tok > 1 && value_or<bool>(j, "norm_topk_prob", true),
              "config.json: only normalised top-k routing with more than one expert is supported");
     DI_CHECK(c.gate_temp > 0.0f, "config.json: gate_temp must be positive");

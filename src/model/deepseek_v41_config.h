@@ -8,6 +8,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/deepseek_v4_config.h"
+#include "model/engram_hash.h"
 
 namespace deepinfer::model {
 
@@ -22,18 +23,20 @@ struct DeepseekV41Config {
     int candidate_topk_blocks = 2048;
     int candidate_block_size = 8;
     float gate_temp = 1.0f;
-    std::vector<int> engram_layer_ids;
+    EngramConfig engram;
 
     // Derived per layer: the KV source whose entries it attends into (-1 = none), and roles.
     std::vector<int> kv_source_of;
     bool is_kv_source(int l) const { return kv_source_of[l] == l; }
     bool is_index_source(int l) const;
     bool uses_candidates(int l) const { return candidate_source_layer_id >= 0 && candidate_source_layer_id < l; }
+    // Index of layer l among the Engram layers, -1 when it has none.
+    int engram_index(int l) const;
 };
 
 // Parses config.json contents (model_type deepseek_v41, or deepseek_v41_text for a flat text
 // config); throws deepinfer::Error for inconsistent layouts and for what this build does not run
-// (Engram layers, top-1 or unnormalised routing).
+// (top-1 or unnormalised routing).
 DeepseekV41Config parse_deepseek_v41_config(const nlohmann::json& j);
 
 }  // namespace deepinfer::model

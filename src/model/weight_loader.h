@@ -32,6 +32,8 @@ public:
     bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
     Tensor matrix(const Names& names, std::vector<int64_t> shape) const;
     Tensor param(const Names& names, std::vector<int64_t> shape) const;
+    // The tensor as stored (zero-copy, shape-checked), for data read on the host as it is.
+    Tensor stored(const Names& names, std::vector<int64_t> shape) const { return checked(resolve(names), shape); }
     // matrix() widened to a fresh fp32 copy the caller may modify.
     Tensor matrix_f32_copy(const Names& names, std::vector<int64_t> shape) const;
     Tensor table(const Names& names, std::vector<int64_t> shape) const;

@@ -60,8 +60,7 @@ void EngineImpl::launch(const StepPlan& plan) {
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
         int32_t begin = static_cast<int32_t>(batch.token_ids.size());
-        batch.token_ids.insert(batch.token_ids.end(), s->tokens.begin() + c.start, s->tokens.begin() + c.start + c.count);
-        batch.seqs.push_back({begin, static_cast<int32_t>(c.count), c.start, s->cache_state});
+        batch.append(s->tokens, c.start, static_cast<int32_t>(c.count), s->cache_state);
         batch.prompt_lengths.push_back(s->prompt_len);
         if (c.samples) batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
         s->inflight = c.count;

@@ -35,8 +35,7 @@ Tensor sequence_logits(model::CausalLm& m, const std::vector<int32_t>& ids, cons
     int64_t done = 0;
     for (int64_t len : step_lengths(total, schedule)) {
         model::Batch step;
-        step.token_ids.assign(ids.begin() + done, ids.begin() + done + len);
-        step.seqs.push_back({0, static_cast<int32_t>(len), done, state});
+        step.append(ids, done, static_cast<int32_t>(len), state);
         for (int32_t r = 0; r < len; ++r) step.logit_rows.push_back(r);
         cache->describe(step);
         Tensor logits = m.forward(step, *cache);

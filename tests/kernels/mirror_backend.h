@@ -88,6 +88,11 @@ public:
         dev_->hc_collapse(up(streams), up(pre), o);
         down(o, out);
     }
+    void engram_gate(Tensor& streams, const Tensor& kv, const Tensor& weight, float eps) override {
+        Tensor s = up(streams);
+        dev_->engram_gate(s, up(kv), up(weight), eps);
+        down(s, streams);
+    }
     void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                  Tensor& out) override {
         Tensor o = up(out);

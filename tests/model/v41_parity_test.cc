@@ -45,7 +45,7 @@ TEST_P(V41Parity, ReferenceBackendMatchesReference) {
                   GetParam() + " reference backend, chunk 5");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, V41Parity, ::testing::Values("v41_tiny_a", "v41_tiny_b", "v41_release_fp8"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, V41Parity, ::testing::Values("v41_tiny_a", "v41_tiny_b", "v41_release_fp8", "v41_engram"));
 
 // v41_release_fp8 is what the release ships: official names without the "model." prefix, FP8
 // e4m3 linears and MXFP4 experts with E8M0 scales, draft tensors under mtp.*.

@@ -38,6 +38,7 @@ public:
     void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                 Tensor& pre, Tensor& post, Tensor& comb) override;
     void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) override;
+    void engram_gate(Tensor& streams, const Tensor& kv, const Tensor& weight, float eps) override;
     void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                  Tensor& out) override;
 

@@ -158,4 +158,31 @@ void CpuBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& 
     });
 }
 
+void CpuBackend::engram_gate(Tensor& streams, const Tensor& kv, const Tensor& weight, float eps) {
+    int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
+    DI_CHECK(kv.dim(1) == (hc + 1) * d && weight.dim(0) == hc && weight.dim(1) == d,
+             "engram_gate: kv {} / weight {} do not match streams {}", kv.shape_string(), weight.shape_string(),
+             streams.shape_string());
+    pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const float* value = kv.data<float>() + (i * (hc + 1) + hc) * d;
+            for (int64_t j = 0; j < hc; ++j) {
+                float* h = streams.data<float>() + (i * hc + j) * d;
+                const float* key = kv.data<float>() + (i * (hc + 1) + j) * d;
+                const float* w = weight.data<float>() + j * d;
+                double hh = 0.0, kk = 0.0, dot = 0.0;
+                for (int64_t c = 0; c < d; ++c) {
+                    hh += static_cast<double>(h[c]) * h[c];
+                    kk += static_cast<double>(key[c]) * key[c];
+                    dot += static_cast<double>(h[c]) * w[c] * key[c];
+                }
+                float rstd = (1.0f / std::sqrt(static_cast<float>(hh / d) + eps)) * (1.0f / std::sqrt(static_cast<float>(kk / d) + eps));
+                float t = static_cast<float>(dot) * rstd / std::sqrt(static_cast<float>(d));
+                float g = sigmoid(std::copysign(std::sqrt(std::max(std::fabs(t), 1e-6f)), t));
+                for (int64_t c = 0; c < d; ++c) h[c] += g * value[c];
+            }
+        }
+    });
+}
+
 }  // namespace deepinfer::kernels::cpu

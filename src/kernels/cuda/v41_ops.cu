@@ -17,6 +17,7 @@ void CudaBackend::hc_mix(const Tensor&, const Tensor&, const Tensor&, const Tens
                          Tensor&) {
     not_yet("hc_mix");
 }
+void CudaBackend::engram_gate(Tensor&, const Tensor&, const Tensor&, float) { not_yet("engram_gate"); }
 void CudaBackend::hc_collapse(const Tensor&, const Tensor&, Tensor&) { not_yet("hc_collapse"); }
 void CudaBackend::pool_groups(std::span<const SeqSlice>, const PoolArgs&) { not_yet("pool_groups"); }
 void CudaBackend::store_entries(std::span<const EntrySlot>, const Tensor&, const EntryStore&) { not_yet("store_entries"); }

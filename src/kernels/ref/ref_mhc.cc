@@ -121,4 +121,22 @@ void RefBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& o
         }
 }
 
+void RefBackend::engram_gate(Tensor& streams, const Tensor& kv, const Tensor& weight, float eps) {
+    int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < hc; ++j) {
+            float* h = streams.data<float>() + (i * hc + j) * d;
+            auto key = [&](int64_t c) { return static_cast<double>(kv.data<float>()[(i * (hc + 1) + j) * d + c]); };
+            double hh = 0.0, kk = 0.0, dot = 0.0;
+            for (int64_t c = 0; c < d; ++c) {
+                hh += static_cast<double>(h[c]) * h[c] / d;
+                kk += key(c) * key(c) / d;
+                dot += h[c] * static_cast<double>(weight.data<float>()[j * d + c]) * key(c);
+            }
+            double t = dot / std::sqrt(hh + eps) / std::sqrt(kk + eps) / std::sqrt(static_cast<double>(d));
+            double g = sig(std::copysign(std::sqrt(std::max(std::fabs(t), 1e-6)), t));
+            for (int64_t c = 0; c < d; ++c) h[c] = static_cast<float>(h[c] + g * kv.data<float>()[(i * (hc + 1) + hc) * d + c]);
+        }
+}
+
 }  // namespace deepinfer::kernels::ref

@@ -9,6 +9,7 @@
 #include "model/config_file.h"
 #include "model/rope_freqs.h"
 #include "model/weight_loader.h"
+#include "tokenizer/engram_token_map.h"
 
 namespace deepinfer::model {
 
@@ -31,6 +32,8 @@ struct DeepseekV41Model::StepState {
     kernels::EntryStore entries, index_keys;  // of the latest KV source
     Tensor selected;           // [N, index_topk] picks of the latest index source
     Tensor candidates;         // [N, candidate_topk_blocks] blocks of the candidate source
+    std::vector<int64_t> engram_rows;  // [N of the step, Engram layers, columns] table rows
+    std::vector<int32_t> origin;       // current row -> row of the step (replay drops rows)
 };
 
 DeepseekV41Config load_deepseek_v41_config(const std::string& dir) { return parse_deepseek_v41_config(read_config_json(dir)); }
@@ -45,6 +48,20 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt
     rope_main_ = make_rope(cfg_.base.rope_main, cfg_.base.rope_dim, backend_);
     rope_compress_ = make_rope(cfg_.base.rope_compress, cfg_.base.rope_dim, backend_);
     cache_layout_ = v41_cache_layout(cfg_);
+    if (!cfg_.engram.layer_ids.empty()) load_engram(ckpt, loader);
+}
+
+// The hashes read token classes derived from the tokenizer, so it must be the one the model
+// was trained with: its class count has to match the config.
+void DeepseekV41Model::load_engram(const Checkpoint& ckpt, const WeightLoader& loader) {
+    auto tok = tokenizer::Tokenizer::from_dir(ckpt.dir());
+    tokenizer::EngramTokenMap map = tokenizer::engram_token_map(*tok);
+    DI_CHECK(map.num_classes == cfg_.engram.compressed_vocab_size,
+             "Engram: the tokenizer in {} yields {} token classes, the config says engram_compressed_vocab_size = {} "
+             "(a different tokenizer would hash every n-gram to the wrong rows)",
+             ckpt.dir(), map.num_classes, cfg_.engram.compressed_vocab_size);
+    engram_hasher_ = std::make_unique<EngramHasher>(cfg_.engram, std::move(map.class_of));
+    for (int l : cfg_.engram.layer_ids) engram_.push_back(load_engram_weights(cfg_, l, loader, backend_));
 }
 
 CacheLayout v41_cache_layout(const DeepseekV41Config& c) {
@@ -97,6 +114,7 @@ Tensor DeepseekV41Model::forward_described(const Batch& batch, HybridCache& cach
     std::vector<int64_t> late_from = late_positions(batch);
     for (int l = 0; l < cfg_.base.num_hidden_layers; ++l) {
         if (l == first_late_layer() && !late_from.empty()) enter_late_layers(st, late_from);
+        apply_engram(l, st);
         attention_block(l, st, cache);
         ffn_block(l, st);
     }
@@ -114,6 +132,7 @@ void DeepseekV41Model::rebuild_windows(const Batch& batch, HybridCache& cache) {
     start_step(st);
     for (auto& s : st.seqs) s.window_from = s.start_pos;  // nothing before the replay is in any ring
     for (int l = 0; l < cfg_.base.num_hidden_layers; ++l) {
+        apply_engram(l, st);
         attention_block(l, st, cache);
         ffn_block(l, st);
     }
@@ -132,6 +151,50 @@ void DeepseekV41Model::start_step(StepState& st) {
     for (int64_t i = 0; i < n; ++i) first.data<float>()[i * hc] = 1.0f;
     st.pending_pre = backend_.upload(first);
     allocate_scratch(st);
+    st.origin.resize(n);
+    for (int64_t i = 0; i < n; ++i) st.origin[i] = static_cast<int32_t>(i);
+    if (engram_hasher_) hash_engram_rows(st);
+}
+
+// Each position's look-back: this step's earlier tokens, then the sequence's context tokens.
+void DeepseekV41Model::hash_engram_rows(StepState& st) {
+    const Batch& b = st.step;
+    int span = cfg_.engram.max_ngram_size, per_row = static_cast<int>(cfg_.engram.layer_ids.size()) * cfg_.engram.columns();
+    st.engram_rows.assign(st.n * per_row, 0);
+    std::vector<int32_t> window(span);
+    for (size_t s = 0; s < b.seqs.size(); ++s) {
+        const kernels::SeqSlice& sl = b.seqs[s];
+        const std::vector<int32_t> none;
+        const std::vector<int32_t>& ctx = s < b.context_tokens.size() ? b.context_tokens[s] : none;
+        DI_CHECK(static_cast<int64_t>(ctx.size()) >= std::min<int64_t>(sl.start_pos, span - 1),
+                 "Engram needs the {} tokens before position {} of a sequence (Batch::context_tokens)", span - 1,
+                 sl.start_pos);
+        for (int t = 0; t < sl.num_tokens; ++t) {
+            int64_t pos = sl.start_pos + t;
+            for (int k = 0; k < span; ++k) {
+                int64_t p = pos - k;
+                window[k] = p < 0 ? -1 : p >= sl.start_pos ? b.token_ids[sl.token_begin + (p - sl.start_pos)]
+                                                           : ctx[ctx.size() - (sl.start_pos - p)];
+            }
+            engram_hasher_->rows(window, st.engram_rows.data() + (sl.token_begin + t) * per_row);
+        }
+    }
+}
+
+void DeepseekV41Model::apply_engram(int l, StepState& st) {
+    int idx = cfg_.engram_index(l);
+    if (idx < 0 || st.n == 0) return;
+    const EngramLayerWeights& ew = engram_[idx];
+    int cols = cfg_.engram.columns(), per_row = static_cast<int>(cfg_.engram.layer_ids.size()) * cols;
+    std::vector<int64_t> rows(st.n * cols);
+    for (int64_t r = 0; r < st.n; ++r)
+        std::copy_n(st.engram_rows.data() + st.origin[r] * per_row + idx * cols, cols, rows.data() + r * cols);
+    Tensor e = Tensor::empty(DType::kF32, {st.n, cols * static_cast<int64_t>(cfg_.engram.head_dim)});
+    gather_engram_rows(ew, rows.data(), st.n, cols, e);
+    const DeepseekV4Config& c = cfg_.base;
+    Tensor kv = backend_.empty(DType::kF32, {st.n, (c.hc_mult + 1) * c.hidden_size});
+    backend_.matmul(backend_.upload(e), ew.wkv, kv);
+    backend_.engram_gate(st.streams, kv, ew.weight, c.rms_norm_eps);
 }
 
 void DeepseekV41Model::allocate_scratch(StepState& st) {
@@ -200,6 +263,9 @@ void DeepseekV41Model::enter_late_layers(StepState& st, const std::vector<int64_
         std::copy(logit_rows.begin(), logit_rows.end(), lr.data<int32_t>());
         st.in.logit_rows = backend_.upload(lr);
     }
+    std::vector<int32_t> origin;
+    for (int32_t k : keep) origin.push_back(st.origin[k]);
+    st.origin = std::move(origin);
     st.n = static_cast<int64_t>(keep.size());
     allocate_scratch(st);
 }

@@ -14,6 +14,8 @@
 #include "model/checkpoint.h"
 #include "model/deepseek_v41_config.h"
 #include "model/deepseek_v41_weights.h"
+#include "model/engram.h"
+#include "model/engram_hash.h"
 #include "model/hybrid_cache.h"
 
 namespace deepinfer::model {
@@ -42,6 +44,9 @@ private:
     int first_late_layer() const;
     std::vector<int64_t> late_positions(const Batch& batch) const;
     void enter_late_layers(StepState& st, const std::vector<int64_t>& late_from);
+    void hash_engram_rows(StepState& st);
+    void apply_engram(int l, StepState& st);
+    void load_engram(const Checkpoint& ckpt, const WeightLoader& loader);
     void enter_site(const MhcWeights& site, const Tensor& norm, StepState& st);
     void attention_block(int l, StepState& st, HybridCache& cache);
     void publish_source(int l, StepState& st, HybridCache& cache);
@@ -53,6 +58,8 @@ private:
     V41Weights w_;
     kernels::Rope rope_main_, rope_compress_;
     int replay_tokens_ = 0;  // SWA bounded replay (0 = off)
+    std::vector<EngramLayerWeights> engram_;  // per Engram layer
+    std::unique_ptr<EngramHasher> engram_hasher_;
 };
 
 // What a DeepSeek-V4.1 model caches: a window ring per layer; per KV source its entries and index
