@@ -93,7 +93,10 @@ std::string message_text(const json& content) {
     if (!content.is_array()) throw BadField{"messages", "message content must be a string or an array of parts"};
     std::string text;
     for (const auto& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        std::string type = part.is_object() ? part.value("type", "") : "";
+        if (type == "image_url" || type == "input_image" || type == "image")
+            throw BadField{"messages", "image inputs are not supported: this build has no vision tower (text only)"};
+        if (type != "text" || !part.contains("text") || !part["text"].is_string())
             throw BadField{"messages", "only text content parts are supported"};
         text += part["text"].get<std::string>();
     }

@@ -57,6 +57,10 @@ TEST(Protocol, ErrorsNameTheField) {
     EXPECT_EQ(err(R"({"prompt": "x", "max_tokens": 499})").param, "prompt");  // 2 + 499 > 500
     EXPECT_EQ(err(R"({"messages": [{"role": "user", "content": 5}]})", true).param, "messages");
     EXPECT_EQ(err(R"([1, 2])").status, 400);
+    ApiError image = err(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+        "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})", true);
+    EXPECT_EQ(image.status, 400);
+    EXPECT_NE(image.message.find("image inputs are not supported"), std::string::npos) << image.message;
 }
 
 }  // namespace
