@@ -3,8 +3,12 @@
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on a >= 5B random checkpoint, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
+# `gpu_run_cuda.sh tests` stops after the tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The binaries and libraries may come packed (tar -cJf .devcache/pack/cuda_run.tar.xz build-cuda/bin/...
+# .devcache/lib) when they do not fit the machine's transfer limit unpacked.
+[ -d build-cuda/bin ] || [ ! -f .devcache/pack/cuda_run.tar.xz ] || tar -xJf .devcache/pack/cuda_run.tar.xz
 bin=build-cuda/bin
 export LD_LIBRARY_PATH="$PWD/.devcache/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export DEEPINFER_TEST_DATA="$PWD/tests/data"
@@ -14,8 +18,9 @@ run() { timeout "$1" "${@:2}" 2>&1 | tee -a "$log" | tail -40; echo "rc=${PIPEST
 
 step device; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$log"
 step kernel ops vs reference; run 120 $bin/kernel_tests --gtest_filter='*cuda*'
-step V4 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
+step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
 step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='Engine*'
+[ "${1:-}" = tests ] && exit 0
 prompt=$'def fibonacci(n):\n'
 for dev in cpu cuda; do
     step "nano greedy on $dev"

@@ -129,11 +129,18 @@ struct ExpertWeights {
     Tensor w1, w3, w2;
 };
 
+// How exactly matmul treats fp32 activations against bf16 weights where the device would round
+// them: kFast keeps ~16 mantissa bits (plenty for smooth models), kFp32 all 24 (for models whose
+// QAT fake quantisation turns tiny differences into different rounding decisions).
+enum class MatmulPrecision { kFast, kFp32 };
+
 class Backend {
 public:
     virtual ~Backend() = default;
     virtual Device device() const = 0;
     virtual const char* name() const = 0;
+    // The CPU computes in fp32 either way.
+    virtual void set_matmul_precision(MatmulPrecision) {}
 
     // --- memory -------------------------------------------------------------------------------
     virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;

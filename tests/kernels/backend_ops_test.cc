@@ -303,6 +303,17 @@ TEST_P(BackendOps, DelayedMhc) {
     EXPECT_TRUE(all_close(ca, cb, tol));
 }
 
+TEST_P(BackendOps, EngramGate) {
+    int64_t n = 5, hc = 4, d = 48;
+    Tensor streams = random_f32({n, hc, d}, rng), kv = random_f32({n, (hc + 1) * d}, rng), w = random_f32({hc, d}, rng);
+    for (int64_t c = 0; c < d; ++c) kv.data<float>()[c] = 0.0f;  // a zero key: the gate's clamp at |t| = 1e-6
+    Tensor a = copy_of(streams), b = copy_of(streams);
+    cpu->engram_gate(a, kv, w, 1e-6f);
+    ref->engram_gate(b, kv, w, 1e-6f);
+    EXPECT_TRUE(all_close(a, b, tol));
+    EXPECT_FALSE(all_close(a, streams, 1e-3));
+}
+
 TEST_P(BackendOps, FakeQuantizeMatchesBruteForceGrid) {
     for (QuantFormat f : {QuantFormat::kFp8Ue8m0x32, QuantFormat::kFp4E4m3x16, QuantFormat::kFp4Ue8m0x32}) {
         Tensor x = random_f32({7, 64}, rng, 3.0f);
@@ -384,12 +395,16 @@ TEST_P(BackendOps, TwoLevelIndexerSelection) {
         EXPECT_EQ(sorted_row(a.out, r), sorted_row(b.out, r)) << "row " << r;
         std::vector<int32_t> allowed = sorted_row(a.candidates_in, r);
         for (int32_t e : sorted_row(a.out, r))
-            if (e >= 0) EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), e / block)) << e;
+            if (e >= 0) {
+                EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), e / block)) << e;
+            }
     }
     for (const auto& s : sc.seqs) {  // the block of the newest visible entry is always a candidate
         int64_t r = s.token_begin + s.num_tokens - 1, newest_block = (s.start_pos + s.num_tokens - 1) / block;
         std::vector<int32_t> c = sorted_row(a.candidates_in, r);
-        if (s.num_tokens > 0) EXPECT_TRUE(std::binary_search(c.begin(), c.end(), newest_block));
+        if (s.num_tokens > 0) {
+            EXPECT_TRUE(std::binary_search(c.begin(), c.end(), newest_block));
+        }
     }
 }
 

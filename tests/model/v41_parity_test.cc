@@ -36,6 +36,16 @@ TEST_P(V41Parity, AllSchedulesMatchReference) {
     expect_all_schedules(*backend, load_fixture(GetParam()), GetParam());
 }
 
+TEST_P(V41Parity, CudaBackendMatchesReference) {
+    std::unique_ptr<kernels::Backend> backend;
+    try {
+        backend = kernels::make_backend("cuda");
+    } catch (const Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    expect_all_schedules(*backend, load_fixture(GetParam()), GetParam() + " cuda");
+}
+
 TEST_P(V41Parity, ReferenceBackendMatchesReference) {
     Fixture f = load_fixture(GetParam());
     auto backend = kernels::make_reference_backend();

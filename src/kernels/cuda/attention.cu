@@ -47,7 +47,7 @@ __global__ void attention_kernel(AttnParams p) {
     if (si < 0) return;
     const DeviceSeq s = p.seqs[si];
     long long pos = s.start_pos + (row - s.token_begin);
-    long long num_window = min(static_cast<long long>(p.window), pos + 1 - s.window_from);
+    long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
     // Keys: the window, then compressed entries; for kSelected only the valid (>= 0) picks, which
     // the indexer packs first.
     int num_comp = 0;

@@ -73,6 +73,26 @@ __device__ inline float block_max(float v) { return block_reduce<WarpMax>(v, -IN
 
 __device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// Block-wide argmax over per-thread candidates (v, idx), ties to the lower index, idx < 0 = none;
+// every thread gets the winner's index (-1 when no thread had one).
+__device__ inline int block_argmax(float v, int idx) {
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oi >= 0 && (idx < 0 || ov > v || (ov == v && oi < idx))) v = ov, idx = oi;
+    }
+    if (threadIdx.x % 32 == 0) best_v[threadIdx.x / 32] = v, best_i[threadIdx.x / 32] = idx;
+    __syncthreads();
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
+        if (best_i[w] >= 0 && (bi < 0 || best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi))) bv = best_v[w], bi = best_i[w];
+    __syncthreads();  // the shared slots are reused by the next call
+    return bi;
+}
+
 // Interleaved rope on the trailing `rope_dim` values of `x` (length cols), by thread-strided pairs.
 __device__ inline void rope_pairs(float* x, int cols, long long pos, const float* inv_freq, int rope_dim, float scale,
                                   bool inverse, int tid, int nthreads) {

@@ -139,28 +139,15 @@ __global__ void index_topk_kernel(IndexParams p) {
     long long visible = 0;
     token_info(p, row, s, visible);
     float* sc = p.scores + static_cast<long long>(row) * p.max_visible;
-    __shared__ float best_v[32];
-    __shared__ int best_i[32];
     for (int k = 0; k < p.top_k; ++k) {
         float v = -INFINITY;
         int idx = -1;
         for (long long e = threadIdx.x; e < visible; e += blockDim.x)
             if (sc[e] > v || (sc[e] == v && idx >= 0 && e < idx)) v = sc[e], idx = static_cast<int>(e);
-        for (int o = 16; o > 0; o >>= 1) {  // warp argmax, ties to the lower id
-            float ov = __shfl_xor_sync(0xffffffffu, v, o);
-            int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-            if (oi >= 0 && (idx < 0 || ov > v || (ov == v && oi < idx))) v = ov, idx = oi;
-        }
-        if (threadIdx.x % 32 == 0) best_v[threadIdx.x / 32] = v, best_i[threadIdx.x / 32] = idx;
-        __syncthreads();
+        int bi = block_argmax(v, idx);
         if (threadIdx.x == 0) {
-            float bv = -INFINITY;
-            int bi = -1;
-            for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w)
-                if (best_i[w] >= 0 && (bi < 0 || best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi))) bv = best_v[w], bi = best_i[w];
             p.out[static_cast<long long>(row) * p.top_k + k] = bi;
             if (bi >= 0) sc[bi] = -INFINITY;  // taken
-            else best_i[0] = -1;
         }
         __syncthreads();
         if (visible <= k) {  // nothing left: pad
@@ -210,6 +197,7 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
                   a.out.data<int>(), static_cast<int>(seqs.size()), static_cast<int>(a.q.dim(1)), static_cast<int>(a.q.dim(2)),
                   a.rate, a.top_k, static_cast<int>(a.keys->pool.dim(1)), static_cast<int>(max_visible), a.scale};
     index_scores_kernel<<<n, 256, 0, stream()>>>(p);
+    if (a.candidates_in.defined() || a.candidates_out.defined()) candidate_stage(seqs, a, scores, max_visible);
     index_topk_kernel<<<n, 256, 0, stream()>>>(p);
 }
 

@@ -16,26 +16,30 @@ size_t size_class(size_t bytes) {
     return c;
 }
 
-// x [m, k] (row stride lda) as two bf16 rows per row, hi = bf16(x) in rows [0, m) and
-// lo = bf16(x - hi) in rows [m, 2m): W·hi + W·lo carries ~16 mantissa bits of x, so bf16 weights
-// multiply fp32 activations at fp32-like accuracy with one bf16 GEMM of 2m rows (the weights are
-// read once, which is what decode pays for).
-__global__ void split_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y, int64_t m, int64_t k) {
+// x [m, k] (row stride lda) as `parts` bf16 rows per row: part 0 = bf16(x) in rows [0, m), each
+// next part the bf16 of what the previous ones miss. Two parts carry ~16 mantissa bits of x,
+// three ~24 (fp32's), so bf16 weights multiply fp32 activations at that accuracy with one bf16
+// GEMM of parts * m rows (the weights are read once, which is what decode pays for).
+__global__ void split_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y, int64_t m, int64_t k, int parts) {
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= m * k) return;
     int64_t r = i / k, c = i % k;
-    float v = x[r * lda + c];
-    __nv_bfloat16 hi = __float2bfloat16(v);
-    y[i] = hi;
-    y[m * k + i] = __float2bfloat16(v - __bfloat162float(hi));
+    float rest = x[r * lda + c];
+    for (int p = 0; p < parts; ++p) {
+        __nv_bfloat16 h = __float2bfloat16(rest);
+        y[p * m * k + i] = h;
+        rest -= __bfloat162float(h);
+    }
 }
 
-// y[r, j] (row stride ldy) (+)= parts[r, j] + parts[m + r, j].
-__global__ void join_halves_kernel(const float* parts, int64_t m, int64_t n, float* y, int64_t ldy, bool accumulate) {
+// y[r, j] (row stride ldy) (+)= Σ_p partial[p * m + r, j], smallest part first.
+__global__ void join_parts_kernel(const float* partial, int64_t m, int64_t n, int parts, float* y, int64_t ldy,
+                                  bool accumulate) {
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= m * n) return;
     int64_t r = i / n, c = i % n;
-    float v = parts[i] + parts[m * n + i];
+    float v = 0.0f;
+    for (int p = parts - 1; p >= 0; --p) v += partial[p * m * n + i];
     y[r * ldy + c] = accumulate ? y[r * ldy + c] + v : v;
 }
 
@@ -191,12 +195,14 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
         return;
     }
     DI_CUDA_REQUIRE(w.dtype() == DType::kBF16, std::string("cuda gemm: unsupported weight dtype ") + dtype_name(w.dtype()));
-    Tensor xb = empty(DType::kBF16, {2 * m, k}), parts = empty(DType::kF32, {2 * m, n});
+    int64_t s = gemm_parts_;
+    Tensor xb = empty(DType::kBF16, {s * m, k}), partial = empty(DType::kF32, {s * m, n});
     float zero = 0.0f;
-    split_bf16_kernel<<<blocks_for(m * k, 256), 256, 0, stream_>>>(x, lda, xb.data<__nv_bfloat16>(), m, k);
-    DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, 2 * m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
-                                 CUDA_R_16BF, k, &zero, parts.raw(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    join_halves_kernel<<<blocks_for(m * n, 256), 256, 0, stream_>>>(parts.data<float>(), m, n, y, ldy, accumulate);
+    split_bf16_kernel<<<blocks_for(m * k, 256), 256, 0, stream_>>>(x, lda, xb.data<__nv_bfloat16>(), m, k, gemm_parts_);
+    DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, s * m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
+                                 CUDA_R_16BF, k, &zero, partial.raw(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    join_parts_kernel<<<blocks_for(m * n, 256), 256, 0, stream_>>>(partial.data<float>(), m, n, gemm_parts_, y, ldy,
+                                                                   accumulate);
 }
 
 void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {

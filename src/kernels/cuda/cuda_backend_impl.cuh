@@ -82,6 +82,7 @@ public:
     // y[m, n] (+)= x[m, k] · w[n, k]ᵀ with row strides, x fp32 on the device, w bf16 or fp32.
     void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
     cudaStream_t stream() const { return stream_; }
+    void set_matmul_precision(MatmulPrecision p) override { gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : 2; }
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
     // flat tables after it. Returns {seqs, tables}; valid until the next call on this stream.
@@ -90,11 +91,16 @@ public:
     Tensor scratch(DType dtype, std::vector<int64_t> shape) { return empty(dtype, std::move(shape)); }
 
 private:
+    void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                          const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb);
+    void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
+
     int device_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
     Tensor meta_;  // metadata buffer of the last op
+    int gemm_parts_ = 2;  // bf16 parts per fp32 activation in GEMMs
 };
 
 }  // namespace deepinfer::kernels::cuda

@@ -25,9 +25,11 @@ __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float*
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x) y[blockIdx.x * width + c] = in[c] * inv;
 }
 
-// One block per token: pre / post / comb from the mixes, then the collapsed input.
+// One block per token: pre / post / comb from the mixes, then the collapsed input (or, for the
+// delayed mHC of V4.1, pre itself: collapsed == nullptr, pre_out != nullptr).
 __global__ void hc_pre_kernel(const float* streams, const float* mixes, const float* base, const float* scale, int hc,
-                              int64_t d, int iters, float hc_eps, float* collapsed, float* post, float* comb) {
+                              int64_t d, int iters, float hc_eps, float* collapsed, float* pre_out, float* post,
+                              float* comb) {
     int64_t n = blockIdx.x;
     int width = (2 + hc) * hc;
     const float* m = mixes + n * width;
@@ -60,7 +62,8 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, const fl
         for (int j = 0; j < hc * hc; ++j) comb[n * hc * hc + j] = c[j];
     }
     __syncthreads();
-    weighted_stream_sum(streams + n * hc * d, pre, hc, d, collapsed + n * d);
+    if (pre_out != nullptr && threadIdx.x < hc) pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
+    if (collapsed != nullptr) weighted_stream_sum(streams + n * hc * d, pre, hc, d, collapsed + n * d);
 }
 
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
@@ -90,6 +93,16 @@ __global__ void hc_head_kernel(const float* streams, const float* mixes, const f
 
 void CudaBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                          Tensor& collapsed, Tensor& post, Tensor& comb) {
+    mix_coefficients(streams, fn, base, scale, p, collapsed.data<float>(), nullptr, post, comb);
+}
+
+void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                         Tensor& pre, Tensor& post, Tensor& comb) {
+    mix_coefficients(streams, fn, base, scale, p, nullptr, pre.data<float>(), post, comb);
+}
+
+void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                                   const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb) {
     int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
     DI_CUDA_REQUIRE(p.hc <= kMaxHc, "hc_mult " + std::to_string(p.hc) + " is above " + std::to_string(kMaxHc));
     if (n == 0) return;
@@ -97,7 +110,7 @@ void CudaBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& 
     rms_flat_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
     gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
     hc_pre_kernel<<<n, 128, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), base.data<float>(), scale.data<float>(),
-                                           p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed.data<float>(), post.data<float>(),
+                                           p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre, post.data<float>(),
                                            comb.data<float>());
 }
 
