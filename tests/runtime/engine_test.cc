@@ -113,8 +113,9 @@ void expect_batched_greedy_consistent(const std::string& dir, const std::vector<
         EXPECT_EQ(r.finish[0], FinishReason::kLength);
         EXPECT_EQ(r.completion_tokens, 20);
     }
-    // Full recompute: one prefill of prompt + output; every generated token is that pass's argmax.
-    auto backend = kernels::make_cpu_backend(2);
+    // Full recompute on the same device: one prefill of prompt + output; every generated token is
+    // that pass's argmax.
+    auto backend = kernels::make_backend(test::device(), 2);
     auto m = model::load_causal_lm(dir, *backend);
     for (size_t i = 0; i < prompts.size(); ++i) {
         std::vector<int32_t> seq = prompt(prompts[i].first, prompts[i].second);
