@@ -55,6 +55,8 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--swa-replay-tokens", c.model.swa_replay_tokens,
                     "DeepSeek-V4.1: layers after the last KV source prefill only the last N prompt tokens (0 = off)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--no-prefix-sharing", f.no_prefix_sharing,
+                  "DeepSeek-V4.1: do not take prompt prefixes from resident sequences (encoder replay)");
     cmd->add_option("--rollback-tokens", c.model.rollback_tokens,
                     "tokens a step may later roll back; --swa-replay-tokens must cover the window plus these")
         ->check(CLI::NonNegativeNumber);
@@ -66,6 +68,7 @@ EngineConfig finish_engine_config(EngineFlags& f, const std::string& log_level) 
     DI_CHECK(std::filesystem::is_directory(c.model.path), "model directory {} does not exist", c.model.path);
     c.cache.memory_bytes = parse_bytes(f.cache_memory);
     c.scheduler.async_scheduling = !f.no_async;
+    c.cache.prefix_sharing = !f.no_prefix_sharing;
     c.log_level = log_level;
     return c;
 }

@@ -14,6 +14,7 @@ struct EngineFlags {
     EngineConfig config;
     std::string cache_memory = "2GiB";
     bool no_async = false;
+    bool no_prefix_sharing = false;
 };
 
 void add_engine_options(CLI::App* cmd, EngineFlags& flags);

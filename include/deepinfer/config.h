@@ -23,6 +23,9 @@ struct CacheConfig {
     int64_t memory_bytes = 2LL << 30; // compressed-entry pools (+ rings and carries), in bytes
     int block_size = 64;              // compressed entries per block
     int max_model_len = 0;            // 0 = as many tokens as the cache can hold for one sequence
+    // Share block-aligned prompt prefixes with resident sequences (models that rebuild window
+    // rings over a shared prefix, i.e. DeepSeek-V4.1 with swa_replay_tokens > 0).
+    bool prefix_sharing = true;
 };
 
 struct SchedulerConfig {

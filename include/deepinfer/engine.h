@@ -33,6 +33,7 @@ public:
 struct EngineStats {
     int64_t requests_waiting = 0, requests_running = 0, requests_finished = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
+    int64_t prefix_tokens_reused = 0;  // prompt positions taken from another sequence's cached prefix
     double cache_usage = 0;  // fraction of cache blocks / sequence slots in use
     int64_t cache_bytes = 0;
     std::vector<std::pair<std::string, int64_t>> cache_bytes_by_kind;  // rings, carries, entries per group

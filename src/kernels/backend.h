@@ -93,7 +93,8 @@ struct PoolArgs {
     Tensor out;       // [groups, dim]
 };
 
-// One row of an entry pool: the sequence (index into the store's tables) and its entry number.
+// One row of an entry pool: the sequence (index into the store's tables) and its entry number
+// (-1: the row is not stored).
 struct EntrySlot {
     int32_t seq = 0;
     int64_t entry = 0;

@@ -28,13 +28,17 @@ struct Batch {
     // kContextTokens), for n-gram lookups (Engram) that look behind the step.
     std::vector<std::vector<int32_t>> context_tokens;
     static constexpr int kContextTokens = 8;
+    // Per sequence (empty = none): positions below this already have compressed state in the
+    // cache (a shared prefix); their rows only rebuild window rings (encoder replay).
+    std::vector<int64_t> compressed_until;
 
     // Appends positions [start, start + count) of a sequence whose tokens so far are `tokens`
     // (its slice, ids and context); logit rows and prompt lengths are the caller's.
-    void append(std::span<const int32_t> tokens, int64_t start, int32_t count, int32_t state) {
+    // `window_from`: the sequence's rings hold nothing below this position.
+    void append(std::span<const int32_t> tokens, int64_t start, int32_t count, int32_t state, int64_t window_from = 0) {
         int32_t begin = static_cast<int32_t>(token_ids.size());
         token_ids.insert(token_ids.end(), tokens.begin() + start, tokens.begin() + start + count);
-        seqs.push_back({begin, count, start, state});
+        seqs.push_back({begin, count, start, state, window_from});
         int64_t from = std::max<int64_t>(0, start - kContextTokens);
         context_tokens.emplace_back(tokens.begin() + from, tokens.begin() + start);
     }
@@ -73,6 +77,14 @@ public:
     virtual std::vector<std::pair<std::string, int64_t>> bytes_by_kind() const = 0;
     // Tokens one sequence could hold with the whole pool to itself.
     virtual int64_t token_capacity() const = 0;
+    // Prefix sharing: prefixes whose length is a multiple of prefix_alignment() (0 = none) can
+    // give a fresh slot `dst` the compressed state `src` holds for its first num_tokens
+    // positions (window rings not included). False, changing nothing, when that is not possible.
+    virtual int64_t prefix_alignment() const { return 0; }
+    virtual bool share_prefix(int src, int dst, int64_t num_tokens) {
+        (void)src, (void)dst, (void)num_tokens;
+        return false;
+    }
 };
 
 class CausalLm {
@@ -97,6 +109,9 @@ public:
         (void)tokens, (void)rollback;
         return false;
     }
+    // Whether forward() rebuilds window rings over a shared compressed prefix
+    // (Batch::compressed_until): what prefix sharing needs.
+    virtual bool rebuilds_windows() const { return false; }
 };
 
 // Loads the model in `dir` (config.json model_type decides the architecture).

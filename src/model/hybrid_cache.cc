@@ -83,6 +83,7 @@ HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const Ca
     }
     for (int g = 0; g < kBlockGroups; ++g) {
         for (int64_t b = sizing.blocks[g] - 1; b >= 0; --b) free_[g].push_back(static_cast<int32_t>(b));
+        refs_[g].assign(sizing.blocks[g], 0);
         tables_[g].resize(n);
     }
     for (int s = sizing.max_seqs - 1; s >= 0; --s) free_states_.push_back(s);
@@ -139,7 +140,32 @@ bool HybridCache::reserve(int state, int64_t num_tokens) {
     for (int g = 0; g < kBlockGroups; ++g)
         for (int64_t i = 0; i < missing[g]; ++i) {
             tables_[g][state].push_back(free_[g].back());
+            refs_[g][free_[g].back()] = 1;
             free_[g].pop_back();
+        }
+    return true;
+}
+
+int64_t HybridCache::prefix_alignment() const {
+    int64_t align = 0;
+    for (int g = 0; g < kBlockGroups; ++g)
+        if (used(g)) align = std::max<int64_t>(align, static_cast<int64_t>(layout_.rates[g]) * sizing_.block_size);
+    for (int g = 0; g < kBlockGroups; ++g)  // every group's entries must end on a block boundary
+        if (used(g) && align % (static_cast<int64_t>(layout_.rates[g]) * sizing_.block_size) != 0) return 0;
+    return align;
+}
+
+bool HybridCache::share_prefix(int src, int dst, int64_t num_tokens) {
+    int64_t align = prefix_alignment();
+    if (align == 0 || num_tokens <= 0 || num_tokens % align != 0) return false;
+    for (int g = 0; g < kBlockGroups; ++g)
+        if (!tables_[g][dst].empty() || blocks_needed(g, num_tokens) > static_cast<int64_t>(tables_[g][src].size()))
+            return false;
+    for (int g = 0; g < kBlockGroups; ++g)
+        for (int64_t i = 0; i < blocks_needed(g, num_tokens); ++i) {
+            int32_t b = tables_[g][src][i];
+            tables_[g][dst].push_back(b);
+            ++refs_[g][b];
         }
     return true;
 }
@@ -155,7 +181,7 @@ void HybridCache::truncate(int state, int64_t num_tokens) {
         auto& table = tables_[g][state];
         int64_t keep = blocks_needed(g, num_tokens);
         while (static_cast<int64_t>(table.size()) > keep) {
-            free_[g].push_back(table.back());
+            if (--refs_[g][table.back()] == 0) free_[g].push_back(table.back());
             table.pop_back();
         }
     }

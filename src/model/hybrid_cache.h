@@ -6,7 +6,9 @@
 // Per sequence, growing: compressed entries in fixed-size blocks. Layers whose entries grow at
 // the same rate (entries per token) form a block group and share one block table per sequence;
 // each layer's pool is indexed by the group's block ids. Blocks are reserved before a step; a
-// pool without room refuses the reservation and changes nothing.
+// pool without room refuses the reservation and changes nothing. Full blocks of a prefix can be
+// shared between sequences (reference counted; entries are append-only, so shared blocks are
+// never written again).
 //
 // The architecture describes what it caches with a CacheLayout; this class only manages memory.
 // Not thread-safe: one owner (the model runner) drives it.
@@ -65,6 +67,8 @@ public:
     void describe(Batch& batch) const override;
     // Drops blocks beyond what `num_tokens` positions need (after a rollback or truncation).
     void truncate(int state, int64_t num_tokens);
+    int64_t prefix_alignment() const override;
+    bool share_prefix(int src, int dst, int64_t num_tokens) override;
 
     LayerState& layer(int l) { return layers_[l]; }
     const CacheLayout& layout() const { return layout_; }
@@ -89,6 +93,7 @@ private:
     int ring_slots_ = 0;
     std::vector<LayerState> layers_;
     std::array<std::vector<int32_t>, kBlockGroups> free_;                // free block ids
+    std::array<std::vector<int32_t>, kBlockGroups> refs_;                // per block: tables holding it
     std::array<std::vector<std::vector<int32_t>>, kBlockGroups> tables_;  // per state: block ids
     std::vector<int> free_states_;
 };

@@ -91,6 +91,8 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     DI_CHECK(config.scheduler.max_batch_tokens >= 1 && config.scheduler.max_running >= 1,
              "scheduler: max_batch_tokens and max_running must be positive");
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
+    if (cc.prefix_sharing && model_->rebuilds_windows() && mc.swa_replay_tokens > 0)
+        scheduler_->enable_prefix_sharing(mc.swa_replay_tokens);
     executor_ = std::make_unique<StepExecutor>(*model_, *cache_);
     spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
                  model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);

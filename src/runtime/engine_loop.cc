@@ -60,7 +60,8 @@ void EngineImpl::launch(const StepPlan& plan) {
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
         int32_t begin = static_cast<int32_t>(batch.token_ids.size());
-        batch.append(s->tokens, c.start, static_cast<int32_t>(c.count), s->cache_state);
+        batch.append(s->tokens, c.start, static_cast<int32_t>(c.count), s->cache_state, s->window_from);
+        batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
         if (c.samples) batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
         s->inflight = c.count;
@@ -148,6 +149,7 @@ void EngineImpl::publish_stats() {
     stats_.requests_running = scheduler_->num_running();
     stats_.requests_waiting = scheduler_->num_waiting();
     stats_.preemptions = scheduler_->num_preemptions();
+    stats_.prefix_tokens_reused = scheduler_->prefix_tokens_reused();
     stats_.cache_usage = cache_->usage();
     stats_.cache_bytes = cache_->bytes();
     if (stats_.cache_bytes_by_kind.empty()) stats_.cache_bytes_by_kind = cache_->bytes_by_kind();

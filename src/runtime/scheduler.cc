@@ -38,6 +38,7 @@ void Scheduler::preempt(Sequence* s) {
     cache_.remove_sequence(s->cache_state);
     s->cache_state = -1;
     s->num_computed = 0;
+    s->window_from = s->compressed_until = 0;
     ++preemptions_;
     add(s);
 }
@@ -84,17 +85,38 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
         Sequence* s = waiting_.front();
         int state = cache_.try_add_sequence();
         if (state < 0) return;
+        take_shared_prefix(s, state);
         int64_t todo = s->pending(), count = std::min(todo, budget);
-        if (!cache_.reserve(state, count)) {  // back-pressure: wait until blocks free up
+        if (!cache_.reserve(state, s->num_computed + count)) {  // back-pressure: wait until blocks free up
             cache_.remove_sequence(state);
+            s->num_computed = s->window_from = s->compressed_until = 0;
             return;
         }
         s->cache_state = state;
         waiting_.erase(waiting_.begin());
         running_.push_back(s);
-        plan.chunks.push_back({s, 0, count, count == todo});
+        plan.chunks.push_back({s, s->num_computed, count, count == todo});
         budget -= count;
     }
+}
+
+void Scheduler::take_shared_prefix(Sequence* s, int state) {
+    int64_t align = cache_.prefix_alignment();
+    if (replay_tokens_ <= 0 || align <= 0) return;
+    Sequence* donor = nullptr;
+    int64_t best = 0;
+    for (Sequence* r : running_) {
+        int64_t limit = std::min<int64_t>({r->num_computed, s->prompt_len - 1, static_cast<int64_t>(r->tokens.size())});
+        int64_t common = 0;
+        while (common < limit && r->tokens[common] == s->tokens[common]) ++common;
+        common -= common % align;
+        if (common > best) best = common, donor = r;
+    }
+    if (donor == nullptr || best <= replay_tokens_ || !cache_.share_prefix(donor->cache_state, state, best)) return;
+    s->num_computed = best - replay_tokens_;  // the tail the rings need is computed again
+    s->window_from = s->num_computed;
+    s->compressed_until = best;
+    prefix_tokens_reused_ += s->num_computed;
 }
 
 StepPlan Scheduler::schedule(bool ahead) {

@@ -45,17 +45,25 @@ public:
     int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
     int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
     int64_t num_preemptions() const { return preemptions_; }
+    // Prefix sharing: a sequence being admitted takes the longest block-aligned prefix of its
+    // prompt that a resident sequence has computed, and recomputes only its last `replay_tokens`
+    // positions to refill the window rings (encoder replay). Needs a model that rebuilds windows.
+    void enable_prefix_sharing(int replay_tokens) { replay_tokens_ = replay_tokens; }
+    int64_t prefix_tokens_reused() const { return prefix_tokens_reused_; }
 
 private:
     void preempt(Sequence* s);
     bool make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool ahead);
     void schedule_running(StepPlan& plan, int64_t& budget, bool ahead);
     void admit_waiting(StepPlan& plan, int64_t& budget);
+    void take_shared_prefix(Sequence* s, int state);
 
     SchedulerConfig config_;
     model::SequenceCache& cache_;
     std::vector<Sequence*> waiting_, running_;
     int64_t preemptions_ = 0;
+    int replay_tokens_ = 0;  // 0 = no prefix sharing
+    int64_t prefix_tokens_reused_ = 0;
     bool needs_sync_ = false;
 };
 

@@ -29,6 +29,9 @@ struct Sequence {
     int64_t inflight = 0;            // tokens of the step in flight
     bool awaiting_sample = false;    // the step in flight samples this sequence's next token
     int cache_state = -1;            // cache slot, -1 when not resident
+    // After taking a shared prefix: compressed state exists below compressed_until, the window
+    // rings hold nothing below window_from (its tail is recomputed from there: encoder replay).
+    int64_t window_from = 0, compressed_until = 0;
     std::unique_ptr<OutputText> text;
     FinishReason finish = FinishReason::kNone;
     bool finished() const { return finish != FinishReason::kNone; }

@@ -155,5 +155,50 @@ TEST(V41ReplayEngine, OptionIsCheckedAndGenerationMatchesWithoutReplay) {
     EXPECT_EQ(generate(22), without);  // 3 late layers * 7 + 1: exact
 }
 
+// Encoder replay in the engine: a request whose prompt starts like a resident sequence's takes
+// that sequence's compressed prefix and recomputes only the last K positions to refill its
+// window rings. With K beyond the reach of truncated windows (9 layers * 7 + 1) the output must
+// equal a run without sharing.
+TEST(V41ReplayEngine, PrefixSharingReusesCompressedStateExactly) {
+    std::string dir = test::make_model_dir("v41/v41_tiny_a", 512);
+    auto make = [&](bool sharing) {
+        EngineConfig c;
+        c.model.path = dir;
+        c.model.threads = 2;
+        c.model.swa_replay_tokens = 64;
+        c.cache.memory_bytes = 16 << 20;
+        c.cache.max_sequences = 4;
+        c.cache.block_size = 4;
+        c.cache.prefix_sharing = sharing;
+        return Engine::create(c);
+    };
+    std::mt19937 rng(13);
+    std::vector<int32_t> prefix;
+    for (int i = 0; i < 120; ++i) prefix.push_back(static_cast<int32_t>(rng() % 512));
+    auto request = [&](int32_t suffix_seed, int max_tokens) {
+        GenerationRequest r;
+        r.prompt_tokens = prefix;
+        for (int i = 0; i < 10; ++i) r.prompt_tokens.push_back((suffix_seed * 31 + i * 7) % 512);
+        r.sampling.temperature = 0.0f;
+        r.sampling.max_tokens = max_tokens;
+        r.sampling.ignore_eos = true;
+        return r;
+    };
+    auto drain = [](RequestStream& s) {
+        std::vector<int32_t> out;
+        while (auto ev = s.next())
+            for (const auto& q : ev->sequences) out.insert(out.end(), q.tokens.begin(), q.tokens.end());
+        return out;
+    };
+    std::vector<int32_t> expected = drain(*make(false)->submit(request(2, 16)));
+    auto e = make(true);
+    auto first = e->submit(request(1, 40));
+    ASSERT_TRUE(first->next().has_value());  // its prompt is in the cache now
+    std::vector<int32_t> shared = drain(*e->submit(request(2, 16)));
+    drain(*first);
+    EXPECT_EQ(e->stats().prefix_tokens_reused, 120 - 64);
+    EXPECT_EQ(shared, expected);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -212,7 +212,8 @@ void CpuBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& r
     DI_CHECK(rows.dim(0) == static_cast<int64_t>(slots.size()) && rows.dim(1) == dim,
              "store_entries: {} rows of {} for {} slots of width {}", rows.dim(0), rows.dim(1), slots.size(), dim);
     for (size_t i = 0; i < slots.size(); ++i)
-        std::memcpy(entry_row(store, slots[i].seq, slots[i].entry), rows.data<float>() + i * dim, dim * sizeof(float));
+        if (slots[i].entry >= 0)
+            std::memcpy(entry_row(store, slots[i].seq, slots[i].entry), rows.data<float>() + i * dim, dim * sizeof(float));
 }
 
 }  // namespace deepinfer::kernels::cpu

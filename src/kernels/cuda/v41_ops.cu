@@ -74,6 +74,7 @@ __global__ void pool_carry_kernel(const float* kv, const float* gate, const long
 }
 
 __global__ void copy_rows_kernel(const float* rows, const long long* dest, int dim, float* pool) {
+    if (dest[blockIdx.x] < 0) return;  // a row that is not stored
     for (int c = threadIdx.x; c < dim; c += blockDim.x) pool[dest[blockIdx.x] * dim + c] = rows[blockIdx.x * static_cast<long long>(dim) + c];
 }
 
@@ -196,6 +197,10 @@ void CudaBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& 
     int64_t block = store.pool.dim(1), dim = store.pool.dim(2);
     std::vector<long long> dest;
     for (const EntrySlot& s : slots) {
+        if (s.entry < 0) {  // not stored
+            dest.push_back(-1);
+            continue;
+        }
         const auto& table = store.tables[s.seq];
         DI_CUDA_REQUIRE(s.entry / block < static_cast<int64_t>(table.size()), "store_entries: no block for the entry");
         dest.push_back(static_cast<long long>(table[s.entry / block]) * block + s.entry % block);

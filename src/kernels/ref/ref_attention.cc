@@ -185,7 +185,8 @@ void RefBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) 
 void RefBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) {
     int64_t dim = store.pool.dim(2);
     for (size_t i = 0; i < slots.size(); ++i)
-        std::copy_n(rows.data<float>() + i * dim, dim, const_cast<float*>(entry_ptr(store, slots[i].seq, slots[i].entry)));
+        if (slots[i].entry >= 0)
+            std::copy_n(rows.data<float>() + i * dim, dim, const_cast<float*>(entry_ptr(store, slots[i].seq, slots[i].entry)));
 }
 
 }  // namespace deepinfer::kernels::ref

@@ -62,6 +62,8 @@ CacheLayout v4_cache_layout(const DeepseekV4Config& c) {
 }
 
 Tensor DeepseekV4Model::forward_described(const Batch& batch, HybridCache& cache) {
+    for (int64_t c : batch.compressed_until)
+        DI_CHECK(c == 0, "DeepSeek-V4 does not rebuild windows over a shared prefix (Batch::compressed_until)");
     const Batch& step = batch;
     int64_t n = static_cast<int64_t>(step.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
     StepTensors st{step};

@@ -234,7 +234,7 @@ void DeepseekV41Model::enter_late_layers(StepState& st, const std::vector<int64_
             keep.push_back(sl.token_begin + t);
             positions.push_back(sl.start_pos + t);
         }
-        sl = {begin, sl.num_tokens - skip, sl.start_pos + skip, sl.state_idx, late_from[s]};
+        sl = {begin, sl.num_tokens - skip, sl.start_pos + skip, sl.state_idx, std::max(late_from[s], sl.window_from)};
     }
     if (static_cast<int64_t>(keep.size()) == st.n) return;
     std::vector<int32_t> logit_rows;
@@ -367,8 +367,11 @@ void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) 
     std::vector<int64_t> entry_pos;         // each entry is roped at its group's first position
     for (size_t s = 0; s < st.seqs.size(); ++s) {
         const kernels::SeqSlice& sl = st.seqs[s];
+        int64_t cached = s < st.step.compressed_until.size() ? st.step.compressed_until[s] : 0;
         for (int64_t e = sl.start_pos / ratio; e < (sl.start_pos + sl.num_tokens) / ratio; ++e) {
-            slots.push_back({static_cast<int32_t>(s), e});
+            // Entries of a shared prefix are cached already: computed again (the pooling order
+            // needs the rows) but not stored.
+            slots.push_back({static_cast<int32_t>(s), (e + 1) * ratio <= cached ? -1 : e});
             entry_pos.push_back(e * ratio);
         }
     }
