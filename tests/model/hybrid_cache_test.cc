@@ -6,6 +6,8 @@
 
 #include "kernels/backend.h"
 #include "model/archs/deepseek_v4.h"
+#include "model/archs/deepseek_v41.h"
+#include "model/config_file.h"
 #include "tests/test_util.h"
 
 namespace deepinfer::model {
@@ -52,6 +54,32 @@ TEST(HybridCache, FullPoolRefusesWithoutSideEffectsAndFreesOnRemove) {
     cache.remove_sequence(a);
     EXPECT_EQ(cache.free_sequences(), 1);
     EXPECT_GT(cache.usage(), 0.0);
+}
+
+// DeepSeek-V4.1 layout: a shared prefix's blocks stay allocated until every holder lets go.
+TEST(HybridCache, SharedPrefixBlocksAreReferenceCounted) {
+    DeepseekV41Config c = parse_deepseek_v41_config(read_config_json(test::data_path("v41/v41_tiny_a")));
+    auto backend = kernels::make_cpu_backend(1);
+    CacheLayout layout = v41_cache_layout(c);
+    HybridCache cache(layout, *backend, cache_for_tokens(layout, 3, 96, 4));
+    EXPECT_EQ(cache.prefix_alignment(), 8);  // 4 entries per block at ratio 2
+    int a = cache.add_sequence(), b = cache.add_sequence();
+    ASSERT_TRUE(cache.reserve(a, 40));
+    int64_t free0 = cache.free_blocks(0), free1 = cache.free_blocks(1);
+    EXPECT_FALSE(cache.share_prefix(a, b, 36));  // not block-aligned
+    EXPECT_FALSE(cache.share_prefix(a, b, 48));  // more than a holds
+    ASSERT_TRUE(cache.share_prefix(a, b, 32));
+    EXPECT_EQ(cache.free_blocks(0), free0);      // shared, not copied
+    EXPECT_EQ(cache.block_table(0, b).size(), 4u);
+    EXPECT_EQ(cache.block_table(1, b).size(), 8u);
+    ASSERT_TRUE(cache.reserve(b, 48));           // b grows with blocks of its own
+    EXPECT_EQ(cache.free_blocks(0), free0 - 2);
+    cache.remove_sequence(a);                     // a's unshared tail frees, the shared prefix stays
+    EXPECT_EQ(cache.free_blocks(0), free0 - 2 + 1);
+    EXPECT_EQ(cache.free_blocks(1), free1 - 4 + 2);
+    cache.remove_sequence(b);
+    EXPECT_EQ(cache.free_blocks(0), free0 + 5);
+    EXPECT_EQ(cache.free_blocks(1), free1 + 10);
 }
 
 }  // namespace
