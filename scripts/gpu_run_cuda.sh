@@ -20,6 +20,8 @@ step device; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
 step kernel ops vs reference; run 120 $bin/kernel_tests --gtest_filter='*cuda*'
 step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
 step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='Engine*'
+step V4.1 replay and prefix sharing in the engine on CUDA
+DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 [ "${1:-}" = tests ] && exit 0
 prompt=$'def fibonacci(n):\n'
 for dev in cpu cuda; do

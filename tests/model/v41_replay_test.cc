@@ -128,6 +128,7 @@ TEST(V41ReplayEngine, OptionIsCheckedAndGenerationMatchesWithoutReplay) {
         EngineConfig c;
         c.model.path = dir;
         c.model.threads = 2;
+        c.model.device = test::device();
         c.model.swa_replay_tokens = replay;
         c.model.rollback_tokens = rollback;
         c.cache.memory_bytes = 16 << 20;
@@ -165,6 +166,7 @@ TEST(V41ReplayEngine, PrefixSharingReusesCompressedStateExactly) {
         EngineConfig c;
         c.model.path = dir;
         c.model.threads = 2;
+        c.model.device = test::device();
         c.model.swa_replay_tokens = 64;
         c.cache.memory_bytes = 16 << 20;
         c.cache.max_sequences = 4;
