@@ -81,9 +81,14 @@ struct Loader {
         int64_t D = c.hidden_size, I = c.moe_intermediate_size, E = c.n_routed_experts;
         lw.ffn_norm = param(layer_names(l, {"ffn_norm.weight", "post_attention_layernorm.weight"}), {D});
         lw.gate = matrix(layer_names(l, {"ffn.gate.weight", "mlp.gate.weight"}), {E, D});
-        if (c.mlp_layer_types[l] == MlpType::kHashMoe)
-            lw.tid2eid = backend.upload(
-                w.table(layer_names(l, {"ffn.gate.tid2eid", "mlp.gate.tid2eid"}), {c.vocab_size, c.num_experts_per_tok}));
+        if (c.mlp_layer_types[l] == MlpType::kHashMoe) {
+            Tensor table = w.table(layer_names(l, {"ffn.gate.tid2eid", "mlp.gate.tid2eid"}), {c.vocab_size, c.num_experts_per_tok});
+            for (int64_t i = 0; i < table.numel(); ++i) {  // device kernels index experts with these
+                int64_t id = table.dtype() == DType::kI64 ? table.data<int64_t>()[i] : table.data<int32_t>()[i];
+                DI_CHECK(id >= 0 && id < E, "layer {}: tid2eid holds expert {} (of {})", l, id, E);
+            }
+            lw.tid2eid = backend.upload(table);
+        }
         else
             lw.gate_bias = param(layer_names(l, {"ffn.gate.bias", "mlp.gate.e_score_correction_bias"}), {E});
         experts(l, lw);

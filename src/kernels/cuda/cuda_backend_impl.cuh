@@ -26,6 +26,12 @@ private:
 };
 
 // Per-sequence metadata as the kernels read it.
+struct ExpertRows {
+    const __nv_bfloat16* w1;
+    const __nv_bfloat16* w3;
+    const __nv_bfloat16* w2;
+};
+
 struct DeviceSeq {
     int token_begin, num_tokens;
     long long start_pos;
@@ -94,6 +100,7 @@ private:
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
+    const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
 
     int device_;
     cudaStream_t stream_ = nullptr;
@@ -101,6 +108,11 @@ private:
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
     Tensor meta_;  // metadata buffer of the last op
     int gemm_parts_ = 2;  // bf16 parts per fp32 activation in GEMMs
+    struct ExpertRowTable {
+        std::vector<ExpertRows> host;
+        Tensor device;
+    };
+    std::map<const ExpertWeights*, ExpertRowTable> expert_rows_;  // per MoE layer
 };
 
 }  // namespace deepinfer::kernels::cuda

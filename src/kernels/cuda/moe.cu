@@ -1,6 +1,11 @@
-// MoE on the GPU: routing in one thread per token; experts grouped on the host (the routing ids are
-// copied back) and run as three cuBLAS GEMMs per expert over its gathered tokens, with the
-// weighted outputs scattered back.
+// MoE on the GPU: routing in one thread per token. Small batches (decode) run the routed experts
+// straight from the device-side ids: one warp per weight row, reading each selected expert's bf16
+// rows once per (token, slot) — no host round trip. Larger batches group tokens per expert on the
+// host (the routing ids are copied back) and run three cuBLAS GEMMs per expert over its gathered
+// tokens, with the weighted outputs scattered back.
+#include <cuda_bf16.h>
+
+#include <cstring>
 #include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -38,6 +43,44 @@ __global__ void route_kernel(const float* logits, const float* bias, const void*
     for (int j = 0; j < top_k; ++j) weights[i * top_k + j] = score(id[j]) / (sum + 1e-20f) * scaling;
 }
 
+// h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot).
+__global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, int top_k, int d, int inter,
+                              float limit, float* h) {
+    int pair = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const float* xt = x + static_cast<long long>(pair / top_k) * d;
+    ExpertRows e = ex[ids[pair]];
+    for (int i = blockIdx.y * warps + threadIdx.x / 32; i < inter; i += gridDim.y * warps) {
+        const __nv_bfloat16* r1 = e.w1 + static_cast<long long>(i) * d;
+        const __nv_bfloat16* r3 = e.w3 + static_cast<long long>(i) * d;
+        float g = 0, u = 0;
+        for (int c = lane; c < d; c += 32) {
+            g += __bfloat162float(r1[c]) * xt[c];
+            u += __bfloat162float(r3[c]) * xt[c];
+        }
+        g = fminf(warp_sum(g), limit);
+        u = fminf(fmaxf(warp_sum(u), -limit), limit);
+        if (lane == 0) h[static_cast<long long>(pair) * inter + i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+// out[token, r] += Σ_slot weight[token, slot] * w2_r · h[(token, slot)].
+__global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex, int top_k,
+                                int d, int inter, float* out) {
+    int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int r = blockIdx.y * warps + threadIdx.x / 32; r < d; r += gridDim.y * warps) {
+        float acc = 0;
+        for (int s = 0; s < top_k; ++s) {
+            int pair = token * top_k + s;
+            const __nv_bfloat16* row = ex[ids[pair]].w2 + static_cast<long long>(r) * inter;
+            const float* hp = h + static_cast<long long>(pair) * inter;
+            float dot = 0;
+            for (int c = lane; c < inter; c += 32) dot += __bfloat162float(row[c]) * hp[c];
+            acc += weights[pair] * warp_sum(dot);
+        }
+        if (lane == 0) out[static_cast<long long>(token) * d + r] += acc;
+    }
+}
+
 __global__ void gather_kernel(const float* x, const int* rows, int64_t d, float* out) {
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = x[rows[blockIdx.x] * d + c];
 }
@@ -59,10 +102,42 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tens
         static_cast<int>(logits.dim(1)), top_k, scaling, ids.data<int>(), weights.data<float>());
 }
 
+// The experts' row pointers on the device, uploaded again only when the weights change.
+const ExpertRows* CudaBackend::expert_rows(std::span<const ExpertWeights> experts) {
+    std::vector<ExpertRows> rows;
+    for (const auto& e : experts) {
+        if (e.w1.dtype() != DType::kBF16 || e.w3.dtype() != DType::kBF16 || e.w2.dtype() != DType::kBF16) return nullptr;
+        rows.push_back({e.w1.data<__nv_bfloat16>(), e.w3.data<__nv_bfloat16>(), e.w2.data<__nv_bfloat16>()});
+    }
+    auto& cached = expert_rows_[experts.data()];
+    if (cached.host.size() != rows.size() ||
+        std::memcmp(cached.host.data(), rows.data(), rows.size() * sizeof(ExpertRows)) != 0) {
+        cached.host = rows;
+        cached.device = empty(DType::kU8, {static_cast<int64_t>(rows.size() * sizeof(ExpertRows))});
+        // On the op stream: the allocator hands out memory that is free in this stream's order only.
+        DI_CUDA_CHECK(cudaMemcpyAsync(cached.device.raw(), cached.host.data(), rows.size() * sizeof(ExpertRows),
+                                      cudaMemcpyHostToDevice, stream()));
+    }
+    return static_cast<const ExpertRows*>(cached.device.raw());
+}
+
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
                               float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
     if (n == 0) return;
+    constexpr int64_t kMaxDevicePairs = 64;  // beyond this, per-expert GEMMs read each weight once
+    const ExpertRows* rows_dev = n * top_k <= kMaxDevicePairs ? expert_rows(experts) : nullptr;
+    if (rows_dev != nullptr) {
+        int inter = static_cast<int>(experts[0].w1.dim(0)), warps = 8;
+        Tensor h = empty(DType::kF32, {n * top_k, inter});
+        dim3 up(static_cast<unsigned>(n * top_k), static_cast<unsigned>((inter + warps * 4 - 1) / (warps * 4)));
+        moe_up_kernel<<<up, 32 * warps, 0, stream()>>>(x.data<float>(), ids.data<int>(), rows_dev, static_cast<int>(top_k),
+                                                       static_cast<int>(d), inter, limit, h.data<float>());
+        dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + warps * 4 - 1) / (warps * 4)));
+        moe_down_kernel<<<down, 32 * warps, 0, stream()>>>(h.data<float>(), ids.data<int>(), weights.data<float>(), rows_dev,
+                                                           static_cast<int>(top_k), static_cast<int>(d), inter, out.data<float>());
+        return;
+    }
     std::vector<int> h_ids(n * top_k);
     std::vector<float> h_w(n * top_k);
     DI_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()));
