@@ -174,7 +174,7 @@ void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const Compre
     auto [dseqs, tables] = upload_seqs(seqs, a.out);
     Tensor dwin = empty(DType::kI32, {static_cast<int64_t>(std::max<size_t>(windows.size(), 2))});
     if (!windows.empty())
-        DI_CUDA_CHECK(cudaMemcpyAsync(dwin.raw(), windows.data(), windows.size() * sizeof(int), cudaMemcpyHostToDevice, stream()));
+        copy_to_device(dwin.raw(), windows.data(), windows.size() * sizeof(int));
     CompParams p{a.kv.data<float>(), a.gate.data<float>(), a.ape.data<float>(), a.norm.data<float>(),
                  a.rope.inv_freq.data<float>(), a.carry.data<float>(), a.out->pool.data<float>(), dseqs, tables,
                  dwin.data<int>(), a.dim, a.rate, a.overlap ? 1 : 0, a.rope.rope_dim, static_cast<int>(a.out->pool.dim(1)),

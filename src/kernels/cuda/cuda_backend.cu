@@ -134,6 +134,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
+    if (staging_ != nullptr) cudaFreeHost(staging_);
     meta_ = {};
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -156,10 +157,27 @@ Tensor CudaBackend::zeros(DType dtype, std::vector<int64_t> shape) {
     return t;
 }
 
+void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+    constexpr size_t kStagingBytes = 8u << 20;
+    if (bytes > kStagingBytes / 4) {  // weights at load time: straight from pageable memory
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+        return;
+    }
+    if (staging_ == nullptr) DI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_), kStagingBytes, cudaHostAllocDefault));
+    size_t span = (bytes + 255) & ~size_t{255};
+    if (staging_used_ + span > kStagingBytes) {  // wrap: every copy queued from the ring must have run
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        staging_used_ = 0;
+    }
+    std::memcpy(staging_ + staging_used_, src, bytes);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, staging_ + staging_used_, bytes, cudaMemcpyHostToDevice, stream_));
+    staging_used_ += span;
+}
+
 Tensor CudaBackend::upload(const Tensor& host) {
     DI_CUDA_REQUIRE(host.device() == Device::kCpu, "upload: tensor is already on the GPU");
     Tensor t = empty(host.dtype(), host.shape());
-    DI_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    copy_to_device(t.raw(), host.raw(), host.nbytes());
     return t;
 }
 
@@ -181,7 +199,7 @@ std::pair<const DeviceSeq*, const int*> CudaBackend::upload_seqs(std::span<const
     std::memcpy(bytes.data(), ds.data(), head);
     std::memcpy(bytes.data() + head, tables.data(), tables.size() * sizeof(int));
     meta_ = empty(DType::kU8, {static_cast<int64_t>(bytes.size())});
-    DI_CUDA_CHECK(cudaMemcpyAsync(meta_.raw(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_));
+    copy_to_device(meta_.raw(), bytes.data(), bytes.size());
     auto* base = static_cast<char*>(meta_.raw());
     return {reinterpret_cast<const DeviceSeq*>(base), reinterpret_cast<const int*>(base + head)};
 }

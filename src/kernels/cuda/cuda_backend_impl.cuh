@@ -93,6 +93,9 @@ public:
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
     // flat tables after it. Returns {seqs, tables}; valid until the next call on this stream.
     std::pair<const DeviceSeq*, const int*> upload_seqs(std::span<const SeqSlice> seqs, const EntryStore* store);
+    // Host -> device on the op stream without waiting for it: small copies go through a pinned
+    // staging ring (a copy from pageable memory may serialise the host with the stream).
+    void copy_to_device(void* dst, const void* src, size_t bytes);
     // A device copy of host data that lives until `keep` goes (tensor-backed scratch).
     Tensor scratch(DType dtype, std::vector<int64_t> shape) { return empty(dtype, std::move(shape)); }
 
@@ -108,6 +111,8 @@ private:
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
     Tensor meta_;  // metadata buffer of the last op
     int gemm_parts_ = 2;  // bf16 parts per fp32 activation in GEMMs
+    char* staging_ = nullptr;  // pinned ring for small host -> device copies
+    size_t staging_used_ = 0;
     struct ExpertRowTable {
         std::vector<ExpertRows> host;
         Tensor device;

@@ -115,8 +115,7 @@ const ExpertRows* CudaBackend::expert_rows(std::span<const ExpertWeights> expert
         cached.host = rows;
         cached.device = empty(DType::kU8, {static_cast<int64_t>(rows.size() * sizeof(ExpertRows))});
         // On the op stream: the allocator hands out memory that is free in this stream's order only.
-        DI_CUDA_CHECK(cudaMemcpyAsync(cached.device.raw(), cached.host.data(), rows.size() * sizeof(ExpertRows),
-                                      cudaMemcpyHostToDevice, stream()));
+        copy_to_device(cached.device.raw(), cached.host.data(), rows.size() * sizeof(ExpertRows));
     }
     return static_cast<const ExpertRows*>(cached.device.raw());
 }
@@ -160,8 +159,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         int64_t m = static_cast<int64_t>(rows[e].size()), inter = experts[e].w1.dim(0);
         if (m == 0) continue;
         Tensor meta = empty(DType::kI32, {2 * m});
-        DI_CUDA_CHECK(cudaMemcpyAsync(meta.raw(), rows[e].data(), m * sizeof(int), cudaMemcpyHostToDevice, stream()));
-        DI_CUDA_CHECK(cudaMemcpyAsync(meta.data<int>() + m, wts[e].data(), m * sizeof(float), cudaMemcpyHostToDevice, stream()));
+        copy_to_device(meta.raw(), rows[e].data(), m * sizeof(int));
+        copy_to_device(meta.data<int>() + m, wts[e].data(), m * sizeof(float));
         Tensor xe = empty(DType::kF32, {m, d}), g = empty(DType::kF32, {m, inter}), u = empty(DType::kF32, {m, inter});
         Tensor ye = empty(DType::kF32, {m, d});
         gather_kernel<<<m, 256, 0, stream()>>>(x.data<float>(), meta.data<int>(), d, xe.data<float>());

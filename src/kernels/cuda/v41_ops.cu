@@ -180,7 +180,7 @@ void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a)
     DI_CUDA_REQUIRE(a.out.dim(0) == static_cast<int64_t>(groups.size()), "pool_groups: output rows do not match the groups");
     if (!groups.empty()) {
         Tensor dg = empty(DType::kU8, {static_cast<int64_t>(groups.size() * sizeof(PoolGroup))});
-        DI_CUDA_CHECK(cudaMemcpyAsync(dg.raw(), groups.data(), groups.size() * sizeof(PoolGroup), cudaMemcpyHostToDevice, stream()));
+        copy_to_device(dg.raw(), groups.data(), groups.size() * sizeof(PoolGroup));
         pool_groups_kernel<<<groups.size(), 128, 0, stream()>>>(a.kv.data<float>(), a.gate.data<float>(), a.carry.data<float>(),
                                                                 static_cast<const PoolGroup*>(dg.raw()), rate, dim,
                                                                 a.out.data<float>());
