@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "kernels/backend.h"
+#include "model/causal_lm.h"
+#include "runtime/sequence_logits.h"
 #include "tests/test_util.h"
 
 namespace deepinfer::test {
@@ -59,6 +63,27 @@ inline void expect_parity(const Tensor& got, const Tensor& ref, const std::strin
     std::printf("%s: max|diff| %.3g (max|ref| %.3g), argmax equal %ld/%ld, first row off by >1e-4: %ld\n",
                 what.c_str(), max_diff, max_ref, static_cast<long>(same_argmax), static_cast<long>(rows),
                 static_cast<long>(first_bad_row));
+}
+
+// Parity on every schedule: one prefill, chunked prefill (1, `mid_chunk`, 7, 16 tokens), decode
+// from 0 and from 37.
+inline void expect_all_schedules(model::CausalLm& m, const Fixture& f, const std::string& what, int mid_chunk) {
+    std::vector<std::pair<std::string, runtime::LogitsSchedule>> schedules = {
+        {"full", {}}, {"chunk 1", {1, -1}}, {"chunk " + std::to_string(mid_chunk), {mid_chunk, -1}},
+        {"chunk 7", {7, -1}}, {"chunk 16", {16, -1}}, {"decode-from 0", {0, 0}}, {"decode-from 37", {0, 37}},
+    };
+    for (const auto& [name, schedule] : schedules)
+        expect_parity(runtime::sequence_logits(m, f.ids, schedule), f.reference, what + " " + name);
+}
+
+// The CUDA backend, or null with the reason in `why` (the tests skip without a GPU).
+inline std::unique_ptr<kernels::Backend> cuda_backend(std::string& why) {
+    try {
+        return kernels::make_backend("cuda");
+    } catch (const Error& e) {
+        why = e.what();
+        return nullptr;
+    }
 }
 
 }  // namespace deepinfer::test

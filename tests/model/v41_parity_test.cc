@@ -21,12 +21,7 @@ Fixture load_fixture(const std::string& name) { return test::load_fixture("v41/"
 
 void expect_all_schedules(kernels::Backend& backend, const Fixture& f, const std::string& what) {
     model::DeepseekV41Model m(f.dir, backend);
-    std::vector<std::pair<std::string, runtime::LogitsSchedule>> schedules = {
-        {"full", {}}, {"chunk 1", {1, -1}}, {"chunk 3", {3, -1}}, {"chunk 7", {7, -1}}, {"chunk 16", {16, -1}},
-        {"decode-from 0", {0, 0}}, {"decode-from 37", {0, 37}},
-    };
-    for (const auto& [name, schedule] : schedules)
-        expect_parity(runtime::sequence_logits(m, f.ids, schedule), f.reference, what + " " + name);
+    test::expect_all_schedules(m, f, what, 3);
 }
 
 class V41Parity : public ::testing::TestWithParam<std::string> {};
@@ -37,12 +32,9 @@ TEST_P(V41Parity, AllSchedulesMatchReference) {
 }
 
 TEST_P(V41Parity, CudaBackendMatchesReference) {
-    std::unique_ptr<kernels::Backend> backend;
-    try {
-        backend = kernels::make_backend("cuda");
-    } catch (const Error& e) {
-        GTEST_SKIP() << e.what();
-    }
+    std::string why;
+    auto backend = test::cuda_backend(why);
+    if (!backend) GTEST_SKIP() << why;
     expect_all_schedules(*backend, load_fixture(GetParam()), GetParam() + " cuda");
 }
 

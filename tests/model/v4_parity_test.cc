@@ -24,12 +24,7 @@ class V4Parity : public ::testing::TestWithParam<std::string> {};
 
 void expect_all_schedules(kernels::Backend& backend, const Fixture& f, const std::string& what) {
     model::DeepseekV4Model m(f.dir, backend);
-    std::vector<std::pair<std::string, runtime::LogitsSchedule>> schedules = {
-        {"full", {}}, {"chunk 1", {1, -1}}, {"chunk 7", {7, -1}}, {"chunk 16", {16, -1}}, {"chunk 64", {64, -1}},
-        {"decode-from 0", {0, 0}}, {"decode-from 37", {0, 37}},
-    };
-    for (const auto& [name, schedule] : schedules)
-        expect_parity(runtime::sequence_logits(m, f.ids, schedule), f.reference, what + " " + name);
+    test::expect_all_schedules(m, f, what, 64);
 }
 
 TEST_P(V4Parity, AllSchedulesMatchHfFullForward) {
@@ -38,12 +33,9 @@ TEST_P(V4Parity, AllSchedulesMatchHfFullForward) {
 }
 
 TEST_P(V4Parity, CudaBackendMatchesHf) {
-    std::unique_ptr<kernels::Backend> backend;
-    try {
-        backend = kernels::make_backend("cuda");
-    } catch (const Error& e) {
-        GTEST_SKIP() << e.what();
-    }
+    std::string why;
+    auto backend = test::cuda_backend(why);
+    if (!backend) GTEST_SKIP() << why;
     expect_all_schedules(*backend, load_fixture(GetParam()), GetParam() + " cuda");
 }
 
