@@ -48,8 +48,7 @@ struct Run {
 
 model::Batch one_step(const std::vector<int32_t>& tokens, int64_t begin, int64_t count, int state, int64_t prompt) {
     model::Batch b;
-    b.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
-    b.seqs.push_back({0, static_cast<int32_t>(count), begin, state});
+    b.append(tokens, begin, static_cast<int32_t>(count), state);
     b.logit_rows.push_back(static_cast<int32_t>(count) - 1);
     b.prompt_lengths.push_back(prompt);
     return b;

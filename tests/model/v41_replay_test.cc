@@ -32,8 +32,7 @@ protected:
     }
     model::Batch step(int64_t begin, int64_t count) const {
         model::Batch b;
-        b.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
-        b.seqs.push_back({0, static_cast<int32_t>(count), begin, state});
+        b.append(tokens, begin, static_cast<int32_t>(count), state);
         b.logit_rows.push_back(static_cast<int32_t>(count) - 1);
         b.prompt_lengths.push_back(prompt);
         return b;

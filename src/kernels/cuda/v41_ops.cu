@@ -34,7 +34,7 @@ __global__ void fake_quantize_kernel(float* x, long long blocks, QuantFormat f) 
 // One block per completed group: softmax over the group's tokens of gate, per channel, weighting
 // kv. Tokens of this step come from its rows, earlier ones from the carry.
 struct PoolGroup {
-    int row0;             // row of the group's first token in this step, or -1 - (its carry index)
+    int row0;             // first row of the sequence's slice in this step
     int state, out_row;
     long long first_pos;  // position of the group's first token
     long long start_pos;  // of the sequence's slice

@@ -115,8 +115,9 @@ Tensor DeepseekV41Model::forward_described(const Batch& batch, HybridCache& cach
     StepState st{batch};
     start_step(st);
     std::vector<int64_t> late_from = late_positions(batch);
+    int late_start = late_from.empty() ? -1 : first_late_layer();
     for (int l = 0; l < cfg_.base.num_hidden_layers; ++l) {
-        if (l == first_late_layer() && !late_from.empty()) enter_late_layers(st, late_from);
+        if (l == late_start) enter_late_layers(st, late_from);
         apply_engram(l, st);
         attention_block(l, st, cache);
         ffn_block(l, st);
@@ -124,13 +125,9 @@ Tensor DeepseekV41Model::forward_described(const Batch& batch, HybridCache& cach
     return final_logits(st);
 }
 
-void DeepseekV41Model::rebuild_windows(const Batch& batch, HybridCache& cache) {
-    if (batch.block_tables.empty()) {
-        Batch described = batch;
-        cache.describe(described);
-        return rebuild_windows(described, cache);
-    }
-    StepState st{batch};
+void DeepseekV41Model::rebuild_windows(const Batch& step, HybridCache& cache) {
+    Batch copy;
+    StepState st{described(step, cache, copy)};
     st.rebuild_windows = true;
     start_step(st);
     for (auto& s : st.seqs) s.window_from = s.start_pos;  // nothing before the replay is in any ring
@@ -242,9 +239,7 @@ void DeepseekV41Model::enter_late_layers(StepState& st, const std::vector<int64_
         DI_CHECK(remap[r] >= 0, "bounded replay: logits were requested for a row before the replayed tail");
         logit_rows.push_back(remap[r]);
     }
-    Tensor rows = Tensor::empty(DType::kI32, {static_cast<int64_t>(keep.size())});
-    std::copy(keep.begin(), keep.end(), rows.data<int32_t>());
-    Tensor dev_rows = backend_.upload(rows);
+    Tensor dev_rows = upload_i32(keep, backend_);
     auto gather = [&](Tensor& t) {  // 4-byte rows: fp32 activations or int32 picks
         if (!t.defined()) return;
         std::vector<int64_t> shape = t.shape();
@@ -261,11 +256,7 @@ void DeepseekV41Model::enter_late_layers(StepState& st, const std::vector<int64_
     gather(ids);
     st.in.ids = ids.reshape({static_cast<int64_t>(keep.size())});
     st.in.positions = upload_i64(positions, backend_);
-    if (!logit_rows.empty()) {
-        Tensor lr = Tensor::empty(DType::kI32, {static_cast<int64_t>(logit_rows.size())});
-        std::copy(logit_rows.begin(), logit_rows.end(), lr.data<int32_t>());
-        st.in.logit_rows = backend_.upload(lr);
-    }
+    if (!logit_rows.empty()) st.in.logit_rows = upload_i32(logit_rows, backend_);
     std::vector<int32_t> origin;
     for (int32_t k : keep) origin.push_back(st.origin[k]);
     st.origin = std::move(origin);

@@ -22,11 +22,16 @@ Tensor HybridCacheModel::forward(const Batch& step, SequenceCache& cache) {
     return forward(step, *hybrid);
 }
 
+const Batch& HybridCacheModel::described(const Batch& step, const HybridCache& cache, Batch& copy) {
+    if (!step.block_tables.empty()) return step;
+    copy = step;
+    cache.describe(copy);
+    return copy;
+}
+
 Tensor HybridCacheModel::forward(const Batch& step, HybridCache& cache) {
-    if (!step.block_tables.empty()) return forward_described(step, cache);
-    Batch described = step;  // single-threaded callers: take the tables from the cache now
-    cache.describe(described);
-    return forward_described(described, cache);
+    Batch copy;
+    return forward_described(described(step, cache, copy), cache);
 }
 
 }  // namespace deepinfer::model

@@ -28,6 +28,9 @@ protected:
     explicit HybridCacheModel(kernels::Backend& backend) : backend_(backend) {}
     // The step with batch.block_tables filled in.
     virtual Tensor forward_described(const Batch& step, HybridCache& cache) = 0;
+    // `step` itself when it carries block tables, else `copy` = step with the cache's tables
+    // (single-threaded callers).
+    static const Batch& described(const Batch& step, const HybridCache& cache, Batch& copy);
 
     kernels::Backend& backend_;
     CacheLayout cache_layout_;

@@ -19,19 +19,27 @@ StepInputs upload_step_inputs(const Batch& step, int64_t vocab_size, kernels::Ba
         for (int t = 0; t < s.num_tokens; ++t) pos.data<int64_t>()[s.token_begin + t] = s.start_pos + t;
     }
     StepInputs in{backend.upload(ids), backend.upload(pos), Tensor()};
-    int64_t r = static_cast<int64_t>(step.logit_rows.size());
-    if (r > 0) {
-        Tensor rows = Tensor::empty(DType::kI32, {r});
-        std::copy(step.logit_rows.begin(), step.logit_rows.end(), rows.data<int32_t>());
-        in.logit_rows = backend.upload(rows);
-    }
+    if (!step.logit_rows.empty()) in.logit_rows = upload_i32(step.logit_rows, backend);
     return in;
 }
 
-Tensor upload_i64(const std::vector<int64_t>& values, kernels::Backend& backend) {
-    Tensor t = Tensor::empty(DType::kI64, {static_cast<int64_t>(values.size())});
-    std::copy(values.begin(), values.end(), t.data<int64_t>());
+namespace {
+
+template <typename T>
+Tensor upload_vector(const std::vector<T>& values, DType dtype, kernels::Backend& backend) {
+    Tensor t = Tensor::empty(dtype, {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), t.data<T>());
     return backend.upload(t);
+}
+
+}  // namespace
+
+Tensor upload_i64(const std::vector<int64_t>& values, kernels::Backend& backend) {
+    return upload_vector(values, DType::kI64, backend);
+}
+
+Tensor upload_i32(const std::vector<int32_t>& values, kernels::Backend& backend) {
+    return upload_vector(values, DType::kI32, backend);
 }
 
 }  // namespace deepinfer::model

@@ -16,7 +16,8 @@ struct StepInputs {
 
 StepInputs upload_step_inputs(const Batch& step, int64_t vocab_size, kernels::Backend& backend);
 
-// An int64 host tensor of `values`, uploaded.
+// A 1-D host tensor of `values`, uploaded.
 Tensor upload_i64(const std::vector<int64_t>& values, kernels::Backend& backend);
+Tensor upload_i32(const std::vector<int32_t>& values, kernels::Backend& backend);
 
 }  // namespace deepinfer::model
