@@ -165,12 +165,26 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) 
     return t;
 }
 
+// One more decode step with per-op timing; the wall time beside it shows what profiling costs.
+void print_step_profile(Session& s, int batch, int64_t vocab, std::mt19937& rng) {
+    std::vector<std::vector<int32_t>> next;
+    for (int j = 0; j < batch; ++j) next.push_back(random_tokens(rng, 1, vocab));
+    s.m.backend().set_profiling(true);
+    auto t0 = Clock::now();
+    step(s, next);
+    double wall = seconds_since(t0);
+    s.m.backend().set_profiling(false);
+    std::printf("profile of one decode step, batch %d (wall %.2f ms while profiling):\n%s", batch, wall * 1e3,
+                s.m.backend().profile_report().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"Forward benchmark for DeepSeek-V4 checkpoints"};
     std::string dir, device = "cpu";
     int threads = 0, decode_steps = 16, context = 128;
+    bool profile = false;
     std::vector<int> prompts = {128, 512}, batches = {1, 4};
     app.add_option("--model", dir)->required();
     app.add_option("--threads", threads);
@@ -179,6 +193,7 @@ int main(int argc, char** argv) {
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
     app.add_option("--context", context, "tokens prefilled before decode");
+    app.add_flag("--profile", profile, "after each batch's timed steps, one more step timed per op (device backends)");
     CLI11_PARSE(app, argc, argv);
 
     auto backend = kernels::make_backend(device, threads);
@@ -200,14 +215,18 @@ int main(int argc, char** argv) {
     int max_batch = *std::max_element(batches.begin(), batches.end());
     for (int p : prompts) {
         double best = 1e30;
-        for (int rep = 0; rep < 2; ++rep) {
+        for (int rep = 0; rep < (profile ? 3 : 2); ++rep) {
             Session s{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
+            bool profiled = profile && rep == 1;  // the second prompt, timed per op (and not counted)
+            backend->set_profiling(profiled);
             auto t0 = Clock::now();
             step(s, {random_tokens(rng, p, cfg.vocab_size)});
-            best = std::min(best, seconds_since(t0));
+            if (!profiled) best = std::min(best, seconds_since(t0));
+            backend->set_profiling(false);
         }
         std::printf("| prefill | %d tokens | %.1f tok/s | %.3f s |\n", p, p / best, best);
+        if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
     }
     for (int b : batches) {
         Session s{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(max_batch, max_len)), {}, {}};
@@ -240,6 +259,7 @@ int main(int argc, char** argv) {
                     "%.2f ms) | %.2fx floor |\n",
                     b, b / t, t * 1e3, floor * 1e3, bytes / 1e9, bytes / bw * 1e3, flops / 1e9, flops / gemm_rate * 1e3,
                     t / floor);
+        if (profile) print_step_profile(s, b, cfg.vocab_size, rng);
     }
     return 0;
 }

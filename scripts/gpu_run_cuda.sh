@@ -3,7 +3,8 @@
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on a >= 5B random checkpoint, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
-# `gpu_run_cuda.sh tests` stops after the tests.
+# `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh profile` runs the tests, then only
+# our benchmark with a per-op profile of one decode step per batch size.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The binaries and libraries may come packed (tar -cJf .devcache/pack/cuda_run.tar.xz build-cuda/bin/...
@@ -23,6 +24,12 @@ step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests
 step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 [ "${1:-}" = tests ] && exit 0
+if [ "${1:-}" = profile ]; then
+    step make gpu-5b; run 150 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
+    step forward bench cuda with profile
+    run 200 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024 --batch 1,8,64 --decode-steps 8 --profile
+    exit 0
+fi
 prompt=$'def fibonacci(n):\n'
 for dev in cpu cuda; do
     step "nano greedy on $dev"

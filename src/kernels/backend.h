@@ -142,6 +142,11 @@ public:
     virtual const char* name() const = 0;
     // The CPU computes in fp32 either way.
     virtual void set_matmul_precision(MatmulPrecision) {}
+    // Per-op timing for benchmarks: while on, a device backend times every op on its queue;
+    // profile_report() waits for the queue and returns a table per op name (calls, device span,
+    // host time spent issuing) of what ran since profiling was turned on, then starts over.
+    virtual void set_profiling(bool) {}
+    virtual std::string profile_report() { return {}; }
 
     // --- memory -------------------------------------------------------------------------------
     virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;

@@ -60,6 +60,24 @@ Tensor positions(std::vector<int64_t> p) {
     return t;
 }
 
+// Decode-sized products (1-8 rows, the GPU's one-launch path) and one past it, with k spanning
+// several 2048-wide strides plus a tail, n not a multiple of 4, and a grouped product.
+TEST_P(BackendOps, SmallBatchMatmul) {
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9}) {
+        Tensor x = random_f32({m, 4200}, rng), w = random_bf16({37, 4200}, rng);
+        Tensor a = Tensor::empty(DType::kF32, {m, 37}), b = Tensor::empty(DType::kF32, {m, 37});
+        cpu->matmul(x, w, a);
+        ref->matmul(x, w, b);
+        EXPECT_TRUE(all_close(a, b, mm_tol)) << "m = " << m;
+
+        Tensor gx = random_f32({m, 4 * 264}, rng), gw = random_bf16({4 * 8, 264}, rng);
+        Tensor ga = Tensor::empty(DType::kF32, {m, 32}), gb = Tensor::empty(DType::kF32, {m, 32});
+        cpu->grouped_matmul(gx, gw, 4, ga);
+        ref->grouped_matmul(gx, gw, 4, gb);
+        EXPECT_TRUE(all_close(ga, gb, mm_tol)) << "grouped, m = " << m;
+    }
+}
+
 TEST_P(BackendOps, DenseOps) {
     Tensor x = random_f32({6, 40}, rng), w = random_bf16({12, 40}, rng), nw = random_f32({40}, rng);
     Tensor a = Tensor::empty(DType::kF32, {6, 12}), b = Tensor::empty(DType::kF32, {6, 12});
@@ -107,35 +125,39 @@ TEST_P(BackendOps, DenseOps) {
     if (on_host()) EXPECT_THROW(cpu->embed(ids, table, 2, ea), deepinfer::Error);
 }
 
+// Decode-sized steps (the GPU's split-k path, several splits with a tail), a wide step (one GEMM).
 TEST_P(BackendOps, Mhc) {
     int hc = 4;
-    int64_t n = 5, d = 24, mix = (2 + hc) * hc;
-    Tensor streams = random_f32({n, hc, d}, rng), fn = random_f32({mix, hc * d}, rng, 0.1f);
-    Tensor base = random_f32({mix}, rng), scale = random_f32({3}, rng);
-    MhcParams p{hc, 20, 1e-6f, 1e-6f};
-    Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
-    Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
-    Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
-    cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
-    ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
-    EXPECT_TRUE(all_close(ca, cb, tol));
-    EXPECT_TRUE(all_close(pa, pb, tol));
-    EXPECT_TRUE(all_close(ma, mb, tol));
-    for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
-        for (int k = 0; k < hc; ++k) {
-            float col = 0;
-            for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
-            EXPECT_NEAR(col, 1.0f, 1e-4f);
-        }
-    Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
-    cpu->hc_post(sa, y, pa, ma);
-    ref->hc_post(sb, y, pa, ma);
-    EXPECT_TRUE(all_close(sa, sb, tol));
-    Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng), hscale = random_f32({1}, rng);
-    Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
-    cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
-    ref->hc_head(streams, hfn, hbase, hscale, p, hb);
-    EXPECT_TRUE(all_close(ha, hb, tol));
+    for (auto [n, d] : {std::pair<int64_t, int64_t>{5, 24}, {3, 600}, {70, 40}}) {
+        SCOPED_TRACE("n " + std::to_string(n) + " d " + std::to_string(d));
+        int64_t mix = (2 + hc) * hc;
+        Tensor streams = random_f32({n, hc, d}, rng), fn = random_f32({mix, hc * d}, rng, 0.1f);
+        Tensor base = random_f32({mix}, rng), scale = random_f32({3}, rng);
+        MhcParams p{hc, 20, 1e-6f, 1e-6f};
+        Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
+        Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
+        Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
+        cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
+        ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
+        EXPECT_TRUE(all_close(ca, cb, tol));
+        EXPECT_TRUE(all_close(pa, pb, tol));
+        EXPECT_TRUE(all_close(ma, mb, tol));
+        for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
+            for (int k = 0; k < hc; ++k) {
+                float col = 0;
+                for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
+                EXPECT_NEAR(col, 1.0f, 1e-4f);
+            }
+        Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
+        cpu->hc_post(sa, y, pa, ma);
+        ref->hc_post(sb, y, pa, ma);
+        EXPECT_TRUE(all_close(sa, sb, tol));
+        Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng), hscale = random_f32({1}, rng);
+        Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
+        cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
+        ref->hc_head(streams, hfn, hbase, hscale, p, hb);
+        EXPECT_TRUE(all_close(ha, hb, tol));
+    }
 }
 
 // Three sequences mid-stream: one decoding, one prefilling past the window, one fresh.
@@ -151,9 +173,11 @@ struct Scenario {
     }
 };
 
-Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block) {
+using SeqShapes = std::vector<std::pair<int64_t, int>>;  // (start_pos, new tokens) per sequence
+
+Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block,
+                       const SeqShapes& shapes = {{41, 1}, {9, 23}, {0, 13}}) {
     Scenario sc;
-    std::vector<std::pair<int64_t, int>> shapes = {{41, 1}, {9, 23}, {0, 13}};  // (start_pos, new tokens)
     int32_t begin = 0, state = 2;
     int64_t blocks_total = 0;
     for (auto [start, count] : shapes) {
@@ -170,7 +194,7 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block) {
     for (auto& t : sc.tables)
         for (auto& b : t) b = ids[next++];
     sc.num_tokens = begin;
-    sc.seqs[1].window_from = 12;  // bounded replay: positions 9..11 are outside its window
+    if (sc.seqs.size() > 1) sc.seqs[1].window_from = std::min<int64_t>(12, sc.seqs[1].start_pos + 3);  // bounded replay
     sc.pool = random_f32({blocks_total, block, dim}, rng);
     return sc;
 }
@@ -260,27 +284,62 @@ TEST_P(BackendOps, CompressorsAndIndexer) {
     }
 }
 
+// Random queries and head weights over `keys` for two heads.
+IndexerArgs two_head_indexer(std::mt19937& rng, int64_t tokens, int64_t dim, float scale, const EntryStore* keys, int rate,
+                             int top_k) {
+    IndexerArgs a;
+    a.q = random_f32({tokens, 2, dim}, rng);
+    a.weights = random_f32({tokens, 2}, rng);
+    a.scale = scale;
+    a.keys = keys;
+    a.rate = rate;
+    a.top_k = top_k;
+    return a;
+}
+
+// Rows longer than the GPU's rank-counting selection takes (2,048 entries) and short ones in one step.
+TEST_P(BackendOps, IndexerLongRows) {
+    int rate = 1, dim = 8, top_k = 40;
+    Scenario sc = make_scenario(rng, dim, rate, 64, {{2300, 2}, {5, 9}});
+    EntryStore store = sc.store();
+    IndexerArgs a = two_head_indexer(rng, sc.num_tokens, dim, 0.5f, &store, rate, top_k);
+    IndexerArgs b = a;
+    a.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+    b.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+    cpu->indexer_topk(sc.seqs, a);
+    ref->indexer_topk(sc.seqs, b);
+    EXPECT_EQ(std::memcmp(a.out.raw(), b.out.raw(), a.out.nbytes()), 0);
+}
+
+// Shapes that take each expert path on the GPU: rows that are not whole 16-byte loads (per-expert
+// GEMMs), up to 64 (token, slot) pairs (each pair reads its expert), up to 1,024 pairs (grouped by
+// expert on the device, experts with several passes of eight pairs), and more (per-expert GEMMs).
 TEST_P(BackendOps, MoeRoutingAndExperts) {
-    int64_t n = 7, d = 24, experts = 6, inter = 10;
-    int k = 2;
-    Tensor logits = random_f32({n, experts}, rng, 3.0f), bias = random_f32({experts}, rng);
-    Tensor tid2eid = Tensor::empty(DType::kI64, {50, k}), tokens = Tensor::empty(DType::kI32, {n});
-    for (int64_t i = 0; i < 50 * k; ++i) tid2eid.data<int64_t>()[i] = static_cast<int64_t>(rng() % experts);
-    for (int64_t i = 0; i < n; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % 50);
-    for (bool hash : {false, true}) {
-        Tensor ia = Tensor::empty(DType::kI32, {n, k}), ib = copy_of(ia);
-        Tensor wa = Tensor::empty(DType::kF32, {n, k}), wb = copy_of(wa);
-        cpu->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ia, wa);
-        ref->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ib, wb);
-        EXPECT_EQ(std::memcmp(ia.raw(), ib.raw(), ia.nbytes()), 0);
-        EXPECT_TRUE(all_close(wa, wb, tol));
-        std::vector<ExpertWeights> ex;
-        for (int64_t e = 0; e < experts; ++e)
-            ex.push_back({random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)});
-        Tensor x = random_f32({n, d}, rng), oa = random_f32({n, d}, rng), ob = copy_of(oa);
-        cpu->moe_experts(x, ia, wa, ex, 1.0f, oa);
-        ref->moe_experts(x, ia, wa, ex, 1.0f, ob);
-        EXPECT_TRUE(all_close(oa, ob, mm_tol));
+    struct Shape {
+        int64_t n, d, inter;
+    };
+    for (Shape sh : {Shape{7, 24, 10}, Shape{5, 264, 48}, Shape{40, 64, 16}, Shape{600, 16, 8}}) {
+        int64_t n = sh.n, d = sh.d, experts = 6, inter = sh.inter;
+        int k = 2;
+        Tensor logits = random_f32({n, experts}, rng, 3.0f), bias = random_f32({experts}, rng);
+        Tensor tid2eid = Tensor::empty(DType::kI64, {50, k}), tokens = Tensor::empty(DType::kI32, {n});
+        for (int64_t i = 0; i < 50 * k; ++i) tid2eid.data<int64_t>()[i] = static_cast<int64_t>(rng() % experts);
+        for (int64_t i = 0; i < n; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % 50);
+        for (bool hash : {false, true}) {
+            Tensor ia = Tensor::empty(DType::kI32, {n, k}), ib = copy_of(ia);
+            Tensor wa = Tensor::empty(DType::kF32, {n, k}), wb = copy_of(wa);
+            cpu->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ia, wa);
+            ref->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ib, wb);
+            EXPECT_EQ(std::memcmp(ia.raw(), ib.raw(), ia.nbytes()), 0);
+            EXPECT_TRUE(all_close(wa, wb, tol));
+            std::vector<ExpertWeights> ex;
+            for (int64_t e = 0; e < experts; ++e)
+                ex.push_back({random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)});
+            Tensor x = random_f32({n, d}, rng), oa = random_f32({n, d}, rng), ob = copy_of(oa);
+            cpu->moe_experts(x, ia, wa, ex, 1.0f, oa);
+            ref->moe_experts(x, ia, wa, ex, 1.0f, ob);
+            EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "n " << n << " d " << d << " inter " << inter;
+        }
     }
 }
 
@@ -364,13 +423,7 @@ TEST_P(BackendOps, TwoLevelIndexerSelection) {
     int rate = 1, dim = 16, top_k = 5, block = 4, blocks = 3;
     Scenario sc = make_scenario(rng, dim, rate, 8);
     EntryStore keys = sc.store();
-    IndexerArgs a;
-    a.q = random_f32({sc.num_tokens, 2, dim}, rng);
-    a.weights = random_f32({sc.num_tokens, 2}, rng);
-    a.scale = 0.25f;
-    a.keys = &keys;
-    a.rate = rate;
-    a.top_k = top_k;
+    IndexerArgs a = two_head_indexer(rng, sc.num_tokens, dim, 0.25f, &keys, rate, top_k);
     a.candidate_block_size = block;
     a.candidates_out = Tensor::empty(DType::kI32, {sc.num_tokens, blocks});
     a.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});

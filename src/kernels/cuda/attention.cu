@@ -1,12 +1,14 @@
 // Attention with sinks over the sliding window (ring + this step's new tokens) and compressed
 // entries (all visible, or the indexer's picks). One block per (token, head); each warp walks a
-// share of the keys with an online softmax, then the warps' partial results are merged.
+// share of the keys kKeysPerStep at a time (independent loads and reductions in flight) with an
+// online softmax, then the warps' partial results are merged.
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
+constexpr int kKeysPerStep = 4;
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
 
 struct AttnParams {
@@ -56,35 +58,55 @@ __global__ void attention_kernel(AttnParams p) {
         while (num_comp < p.top_k && p.selected[static_cast<long long>(row) * p.top_k + num_comp] >= 0) ++num_comp;
     int total = static_cast<int>(num_window) + num_comp;
 
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, per_lane = (p.d + 31) / 32;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float* q = p.q + (static_cast<long long>(row) * p.heads + h) * p.d;
-    float qr[kMaxPerLane], acc[kMaxPerLane];
-    for (int j = 0; j < per_lane; ++j) {
+    float qr[kMaxPerLane], acc[kMaxPerLane];  // indexed by constants only, so they stay in registers
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
         int c = lane + 32 * j;
         qr[j] = c < p.d ? q[c] : 0.0f;
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int i = warp; i < total; i += kWarps) {
-        const float* k = key_ptr(p, s, pos, i, num_window);
-        float dot = 0;
-        for (int j = 0; j < per_lane; ++j) {
-            int c = lane + 32 * j;
-            if (c < p.d) dot += qr[j] * k[c];
+    for (int i0 = warp * kKeysPerStep; i0 < total; i0 += kWarps * kKeysPerStep) {
+        const float* k[kKeysPerStep];
+        float logit[kKeysPerStep];
+        for (int u = 0; u < kKeysPerStep; ++u) {
+            k[u] = i0 + u < total ? key_ptr(p, s, pos, i0 + u, num_window) : nullptr;
+            float dot = 0;
+            if (k[u] != nullptr)
+#pragma unroll
+                for (int j = 0; j < kMaxPerLane; ++j) {
+                    int c = lane + 32 * j;
+                    if (c < p.d) dot += qr[j] * k[u][c];
+                }
+            logit[u] = dot;
         }
-        float logit = warp_sum(dot) * p.scale;
-        float m_new = fmaxf(m, logit), corr = expf(m - m_new), w = expf(logit - m_new);
-        l = l * corr + w;
-        for (int j = 0; j < per_lane; ++j) {
+        float m_new = m;
+        for (int u = 0; u < kKeysPerStep; ++u) {
+            logit[u] = k[u] != nullptr ? warp_sum(logit[u]) * p.scale : -INFINITY;
+            m_new = fmaxf(m_new, logit[u]);
+        }
+        float corr = expf(m - m_new), w[kKeysPerStep];
+        l *= corr;
+        for (int u = 0; u < kKeysPerStep; ++u) l += w[u] = k[u] != nullptr ? expf(logit[u] - m_new) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) {
             int c = lane + 32 * j;
-            acc[j] = acc[j] * corr + (c < p.d ? w * k[c] : 0.0f);
+            if (c >= p.d) continue;
+            float a = acc[j] * corr;
+            for (int u = 0; u < kKeysPerStep; ++u)
+                if (k[u] != nullptr) a += w[u] * k[u][c];
+            acc[j] = a;
         }
         m = m_new;
     }
     __shared__ float sm[kWarps], sl[kWarps];
     __shared__ float sacc[kWarps][kMaxPerLane * 32];
     if (lane == 0) sm[warp] = m, sl[warp] = l;
-    for (int j = 0; j < per_lane; ++j) sacc[warp][lane + 32 * j] = acc[j];
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+        if (lane + 32 * j < p.d) sacc[warp][lane + 32 * j] = acc[j];
     __syncthreads();
     float sink = p.sinks[h], M = sink;
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w]);
@@ -120,6 +142,7 @@ int total_tokens(std::span<const SeqSlice> seqs) {
 }  // namespace
 
 void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
+    DI_PROFILE_OP("attention");
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda attention: head_dim " + std::to_string(d) + " is above 512");
     DI_CUDA_REQUIRE(a.ring.dim(1) >= a.window - 1, "attention: ring shorter than the window");
@@ -137,6 +160,7 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
+    DI_PROFILE_OP("ring_write");
     int n = total_tokens(seqs);
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, nullptr);

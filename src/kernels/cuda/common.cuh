@@ -110,3 +110,19 @@ __device__ inline void rope_pairs(float* x, int cols, long long pos, const float
 }
 
 }  // namespace deepinfer::kernels::cuda
+
+namespace deepinfer::kernels::cuda {
+
+// Eight bf16 weights (one 16-byte load) times eight fp32 activations, accumulated in fp32.
+__device__ inline float dot8(uint4 w, float4 a, float4 b) {
+    float2 w0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x));
+    float2 w1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
+    float2 w2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.z));
+    float2 w3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.w));
+    return w0.x * a.x + w0.y * a.y + w1.x * a.z + w1.y * a.w + w2.x * b.x + w2.y * b.y + w3.x * b.z + w3.y * b.w;
+}
+
+// A weight load that should not displace activations from L1 (weights are read once per step).
+__device__ inline uint4 load_weights(const __nv_bfloat16* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+
+}  // namespace deepinfer::kernels::cuda

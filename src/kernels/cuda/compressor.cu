@@ -2,8 +2,9 @@
 //  - compressor_update: the windows that close in this step are listed on the host; one block per
 //    window pools its tokens (from this step's rows, or the carry ring for earlier positions),
 //    normalises, ropes and stores the entry; then the step's last tokens go into the carry ring.
-//  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k); the top k
-//    are taken by repeated block-wide argmax (ties to the lower id), valid picks first.
+//  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k) (a lane per
+//    head, queries in shared memory); the top k (ties to the lower id, valid picks first) by rank
+//    counting for rows of up to 2,048 entries, else by repeated block-wide argmax.
 #include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -112,24 +113,37 @@ __device__ void token_info(const IndexParams& p, int row, DeviceSeq& s, long lon
     visible = (s.start_pos + (row - s.token_begin) + 1) / p.rate;
 }
 
+// One block per token. The token's queries sit in shared memory (rows padded by one float so that
+// lanes reading different heads hit different banks); each warp copies one entry's key next to
+// them and its lanes take a head each, so a score needs one warp reduction, not one per head.
 __global__ void index_scores_kernel(IndexParams p) {
+    extern __shared__ float smem[];
     int row = blockIdx.x;
     DeviceSeq s{};
     long long visible = 0;
     token_info(p, row, s, visible);
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32, stride = p.dim + 1;
+    float* q = smem;
+    float* key = smem + p.heads * stride + warp * p.dim;
+    const float* q_row = p.q + static_cast<long long>(row) * p.heads * p.dim;
+    for (int i = threadIdx.x; i < p.heads * p.dim; i += blockDim.x) q[i / p.dim * stride + i % p.dim] = q_row[i];
+    __syncthreads();
     const int* table = p.tables + s.table_offset;
+    const float* w = p.weights + static_cast<long long>(row) * p.heads;
     for (long long e = warp; e < visible; e += warps) {
         const float* k = p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.dim;
+        for (int c = lane; c < p.dim; c += 32) key[c] = k[c];
+        __syncwarp();
         float score = 0;
-        for (int h = 0; h < p.heads; ++h) {
-            const float* q = p.q + (static_cast<long long>(row) * p.heads + h) * p.dim;
+        for (int h = lane; h < p.heads; h += 32) {
+            const float* qh = q + h * stride;
             float dot = 0;
-            for (int c = lane; c < p.dim; c += 32) dot += q[c] * k[c];
-            dot = warp_sum(dot);
-            score += p.weights[static_cast<long long>(row) * p.heads + h] * p.scale * fmaxf(dot, 0.0f);
+            for (int c = 0; c < p.dim; ++c) dot += qh[c] * key[c];
+            score += w[h] * p.scale * fmaxf(dot, 0.0f);
         }
+        score = warp_sum(score);
         if (lane == 0) p.scores[static_cast<long long>(row) * p.max_visible + e] = score;
+        __syncwarp();  // the key buffer is rewritten next
     }
 }
 
@@ -157,9 +171,40 @@ __global__ void index_topk_kernel(IndexParams p) {
     }
 }
 
+// The same selection by rank, for rows of at most kRankMaxVisible entries: each valid entry (score
+// above -inf) counts the entries ahead of it (higher score, or equal with a lower id) and lands at
+// that rank if it is below k; the tail after the valid ones is padded with -1. One pass, no
+// per-pick barrier, so it is much faster than repeated argmax while the rows are short.
+constexpr int kRankMaxVisible = 2048;
+
+__global__ void index_rank_topk_kernel(IndexParams p) {
+    __shared__ float sc[kRankMaxVisible];
+    int row = blockIdx.x;
+    DeviceSeq s{};
+    long long visible_ll = 0;
+    token_info(p, row, s, visible_ll);
+    int visible = static_cast<int>(visible_ll);
+    const float* src = p.scores + static_cast<long long>(row) * p.max_visible;
+    for (int e = threadIdx.x; e < visible; e += blockDim.x) sc[e] = src[e];
+    __syncthreads();
+    int* out = p.out + static_cast<long long>(row) * p.top_k;
+    float valid = 0;
+    for (int e = threadIdx.x; e < visible; e += blockDim.x) {
+        float v = sc[e];
+        if (v == -INFINITY) continue;
+        valid += 1.0f;
+        int rank = 0;
+        for (int f = 0; f < visible; ++f) rank += sc[f] > v || (sc[f] == v && f < e);
+        if (rank < p.top_k) out[rank] = e;
+    }
+    int picked = min(static_cast<int>(block_sum(valid)), p.top_k);
+    for (int j = picked + threadIdx.x; j < p.top_k; j += blockDim.x) out[j] = -1;
+}
+
 }  // namespace
 
 void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
+    DI_PROFILE_OP("compressor_update");
     DI_CUDA_REQUIRE(a.dim <= kMaxDim, "cuda compressor: dim " + std::to_string(a.dim) + " is above 1024");
     std::vector<int> windows;
     for (size_t i = 0; i < seqs.size(); ++i)
@@ -184,6 +229,7 @@ void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const Compre
 }
 
 void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& a) {
+    DI_PROFILE_OP("indexer_topk");
     int n = 0;
     long long max_visible = 1;
     for (const auto& s : seqs) {
@@ -196,9 +242,16 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     IndexParams p{a.q.data<float>(), a.weights.data<float>(), a.keys->pool.data<float>(), dseqs, tables, scores.data<float>(),
                   a.out.data<int>(), static_cast<int>(seqs.size()), static_cast<int>(a.q.dim(1)), static_cast<int>(a.q.dim(2)),
                   a.rate, a.top_k, static_cast<int>(a.keys->pool.dim(1)), static_cast<int>(max_visible), a.scale};
-    index_scores_kernel<<<n, 256, 0, stream()>>>(p);
+    constexpr int kThreads = 256;
+    size_t smem = (static_cast<size_t>(p.heads) * (p.dim + 1) + kThreads / 32 * static_cast<size_t>(p.dim)) * sizeof(float);
+    if (smem > 48 * 1024)
+        DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    index_scores_kernel<<<n, kThreads, smem, stream()>>>(p);
     if (a.candidates_in.defined() || a.candidates_out.defined()) candidate_stage(seqs, a, scores, max_visible);
-    index_topk_kernel<<<n, 256, 0, stream()>>>(p);
+    if (max_visible <= kRankMaxVisible)
+        index_rank_topk_kernel<<<n, 256, 0, stream()>>>(p);
+    else
+        index_topk_kernel<<<n, 256, 0, stream()>>>(p);
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -135,7 +135,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
     if (staging_ != nullptr) cudaFreeHost(staging_);
-    meta_ = {};
+    meta_.clear();
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
 }
@@ -175,6 +175,7 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
 }
 
 Tensor CudaBackend::upload(const Tensor& host) {
+    DI_PROFILE_OP("upload");
     DI_CUDA_REQUIRE(host.device() == Device::kCpu, "upload: tensor is already on the GPU");
     Tensor t = empty(host.dtype(), host.shape());
     copy_to_device(t.raw(), host.raw(), host.nbytes());
@@ -198,10 +199,21 @@ std::pair<const DeviceSeq*, const int*> CudaBackend::upload_seqs(std::span<const
     std::vector<char> bytes(head + tables.size() * sizeof(int) + 16);
     std::memcpy(bytes.data(), ds.data(), head);
     std::memcpy(bytes.data() + head, tables.data(), tables.size() * sizeof(int));
-    meta_ = empty(DType::kU8, {static_cast<int64_t>(bytes.size())});
-    copy_to_device(meta_.raw(), bytes.data(), bytes.size());
-    auto* base = static_cast<char*>(meta_.raw());
+    auto* base = static_cast<const char*>(device_copy_of(std::move(bytes)).raw());
     return {reinterpret_cast<const DeviceSeq*>(base), reinterpret_cast<const int*>(base + head)};
+}
+
+const Tensor& CudaBackend::device_copy_of(std::vector<char> bytes) {
+    // Every layer uploads the same slices (and one of two block tables): reuse a recent identical
+    // upload instead of queueing another copy. Kernels only read metadata, so a kept copy stays valid.
+    for (auto& [host, dev] : meta_)
+        if (host == bytes) return dev;
+    constexpr size_t kKept = 8;
+    if (meta_.size() == kKept) meta_.erase(meta_.begin());
+    Tensor dev = empty(DType::kU8, {static_cast<int64_t>(bytes.size())});
+    copy_to_device(dev.raw(), bytes.data(), bytes.size());
+    meta_.emplace_back(std::move(bytes), std::move(dev));
+    return meta_.back().second;
 }
 
 void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate) {
@@ -213,6 +225,7 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
         return;
     }
     DI_CUDA_REQUIRE(w.dtype() == DType::kBF16, std::string("cuda gemm: unsupported weight dtype ") + dtype_name(w.dtype()));
+    if (gemv(x, lda, w, y, ldy, m, 1, accumulate)) return;
     int64_t s = gemm_parts_;
     Tensor xb = empty(DType::kBF16, {s * m, k}), partial = empty(DType::kF32, {s * m, n});
     float zero = 0.0f;
@@ -224,12 +237,14 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
 }
 
 void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {
+    DI_PROFILE_OP("embed");
     int64_t n = ids.numel(), d = table.dim(1);
     if (n == 0) return;
     embed_kernel<<<n, 256, 0, stream_>>>(ids.data<int>(), table.raw(), table.dtype() == DType::kBF16, d, hc, out.data<float>());
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+    DI_PROFILE_OP("matmul");
     int64_t k = w.dim(-1), m = x.numel() / k;
     DI_CUDA_REQUIRE(x.numel() == m * k && y.numel() == m * w.dim(0),
                     "matmul: x " + x.shape_string() + " · w " + w.shape_string() + " -> y " + y.shape_string() + " disagree");
@@ -237,18 +252,22 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
 }
 
 void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) {
+    DI_PROFILE_OP("grouped_matmul");
     int64_t k = w.dim(-1), rows = w.dim(0) / groups, m = x.numel() / (groups * k);
+    if (m == 0 || gemv(x.data<float>(), groups * k, w, y.data<float>(), groups * rows, m, groups, false)) return;
     for (int g = 0; g < groups; ++g)
         gemm(x.data<float>() + g * k, groups * k, w.rows(g * rows, (g + 1) * rows), y.data<float>() + g * rows, groups * rows, m);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {
+    DI_PROFILE_OP("rms_norm");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
     rms_norm_kernel<<<rows, 256, 0, stream_>>>(x.data<float>(), weight ? weight->data<float>() : nullptr, eps, cols, y.data<float>());
 }
 
 void CudaBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope& r, bool inverse) {
+    DI_PROFILE_OP("rope");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
     rope_kernel<<<rows, 32, 0, stream_>>>(x.data<float>(), cols, positions.data<long long>(), group, r.inv_freq.data<float>(),
@@ -256,17 +275,20 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+    DI_PROFILE_OP("gather_rows");
     int64_t cols = x.numel() / x.dim(0);
     if (rows.numel() == 0) return;
     gather_rows_kernel<<<rows.numel(), 256, 0, stream_>>>(x.data<float>(), rows.data<int>(), cols, out.data<float>());
 }
 
 void CudaBackend::add(const Tensor& x, Tensor& y) {
+    DI_PROFILE_OP("add");
     if (x.numel() == 0) return;
     add_kernel<<<blocks_for(x.numel(), 256), 256, 0, stream_>>>(x.data<float>(), y.data<float>(), x.numel());
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
+    DI_PROFILE_OP("swiglu");
     if (gate.numel() == 0) return;
     swiglu_kernel<<<blocks_for(gate.numel(), 256), 256, 0, stream_>>>(gate.data<float>(), up.data<float>(), limit,
                                                                         out.data<float>(), gate.numel());

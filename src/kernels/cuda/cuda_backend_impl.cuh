@@ -10,6 +10,10 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/op_profiler.cuh"
+
+// Times the enclosing op when profiling is on (see OpProfiler).
+#define DI_PROFILE_OP(name) ::deepinfer::kernels::cuda::OpProfiler::Scope op_scope__(&profiler_, name, stream_)
 
 namespace deepinfer::kernels::cuda {
 
@@ -87,11 +91,18 @@ public:
 
     // y[m, n] (+)= x[m, k] · w[n, k]ᵀ with row strides, x fp32 on the device, w bf16 or fp32.
     void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
+    // The same for m <= kGemvMaxRows rows of x and bf16 weights, in one launch at full fp32 accuracy;
+    // with groups > 1, block g of w's n / groups rows multiplies x[:, g*k .. (g+1)*k) (lda >= groups*k).
+    // Returns false (nothing launched) when the shapes or alignment do not suit it.
+    static constexpr int64_t kGemvMaxRows = 8;
+    bool gemv(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, int groups, bool accumulate);
     cudaStream_t stream() const { return stream_; }
     void set_matmul_precision(MatmulPrecision p) override { gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : 2; }
+    void set_profiling(bool on) override { profiler_.enable(on); }
+    std::string profile_report() override { return profiler_.report(stream_); }
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
-    // flat tables after it. Returns {seqs, tables}; valid until the next call on this stream.
+    // flat tables after it. Returns {seqs, tables}; valid for the next few calls on this stream.
     std::pair<const DeviceSeq*, const int*> upload_seqs(std::span<const SeqSlice> seqs, const EntryStore* store);
     // Host -> device on the op stream without waiting for it: small copies go through a pinned
     // staging ring (a copy from pageable memory may serialise the host with the stream).
@@ -104,12 +115,16 @@ private:
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
+    void moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, int experts,
+                             int inter, float limit, Tensor& out);
 
     int device_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
-    Tensor meta_;  // metadata buffer of the last op
+    const Tensor& device_copy_of(std::vector<char> bytes);
+    std::vector<std::pair<std::vector<char>, Tensor>> meta_;  // recent metadata uploads, oldest first
+    OpProfiler profiler_;
     int gemm_parts_ = 2;  // bf16 parts per fp32 activation in GEMMs
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;

@@ -25,41 +25,92 @@ __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float*
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x) y[blockIdx.x * width + c] = in[c] * inv;
 }
 
+// Decode-sized steps: the mixes' product with fn and the flat RMS in one pass, split over k.
+// Block (split, token) covers kSplitCols columns of the flat streams and writes W dot products
+// with fn's rows and the sum of squares; hc_pre_kernel adds the splits in order and scales by
+// the RMS (x·fn / rms equals (x / rms)·fn, so no normalised copy is needed).
+constexpr int kSplitCols = 1024;
+
+template <int W>
+__global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, const float* fn, int64_t width, float* parts) {
+    int split = blockIdx.x, splits = gridDim.x;
+    int64_t token = blockIdx.y, col = split * int64_t{kSplitCols} + threadIdx.x * 4;
+    float acc[W + 1] = {};
+    if (col < width) {
+        float4 x = *reinterpret_cast<const float4*>(streams + token * width + col);
+        acc[W] = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+        for (int j = 0; j < W; ++j) {
+            float4 f = *reinterpret_cast<const float4*>(fn + j * width + col);
+            acc[j] = x.x * f.x + x.y * f.y + x.z * f.z + x.w * f.w;
+        }
+    }
+    __shared__ float red[8][W + 1];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int j = 0; j <= W; ++j) {
+        float v = warp_sum(acc[j]);
+        if (lane == 0) red[warp][j] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x <= W) {
+        float v = 0;
+        for (int w = 0; w < 8; ++w) v += red[w][threadIdx.x];
+        parts[(token * splits + split) * (W + 1) + threadIdx.x] = v;
+    }
+}
+
 // One block per token: pre / post / comb from the mixes, then the collapsed input (or, for the
 // delayed mHC of V4.1, pre itself: collapsed == nullptr, pre_out != nullptr).
-__global__ void hc_pre_kernel(const float* streams, const float* mixes, const float* base, const float* scale, int hc,
-                              int64_t d, int iters, float hc_eps, float* collapsed, float* pre_out, float* post,
-                              float* comb) {
+// `mixes` holds [n, width] finished mixes (splits == 0) or hc_dots_kernel's [n, splits, width + 1].
+__global__ void hc_pre_kernel(const float* streams, const float* mixes, int splits, float norm_eps, const float* base,
+                              const float* scale, int hc, int64_t d, int iters, float hc_eps, float* collapsed,
+                              float* pre_out, float* post, float* comb) {
     int64_t n = blockIdx.x;
     int width = (2 + hc) * hc;
-    const float* m = mixes + n * width;
+    __shared__ float m[(2 + kMaxHc) * kMaxHc];
+    if (splits == 0) {
+        for (int j = threadIdx.x; j < width; j += blockDim.x) m[j] = mixes[n * width + j];
+    } else {
+        const float* part = mixes + n * splits * (width + 1);
+        float ss = 0;
+        for (int s = 0; s < splits; ++s) ss += part[s * (width + 1) + width];
+        float inv = rsqrtf(ss / (hc * d) + norm_eps);
+        for (int j = threadIdx.x; j < width; j += blockDim.x) {
+            float v = 0;
+            for (int s = 0; s < splits; ++s) v += part[s * (width + 1) + j];
+            m[j] = v * inv;
+        }
+    }
+    __syncthreads();
     __shared__ float pre[kMaxHc];
-    __shared__ float c[kMaxHc * kMaxHc];
-    if (threadIdx.x == 0) {
-        for (int j = 0; j < hc; ++j) {
-            pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
-            post[n * hc + j] = 2.0f * sigmoidf(m[hc + j] * scale[1] + base[hc + j]);
+    if (threadIdx.x < 32) {  // one warp: lane (j, k) = (lane / hc, lane % hc) owns comb[j][k]
+        int lane = threadIdx.x;
+        if (lane < hc) {
+            pre[lane] = sigmoidf(m[lane] * scale[0] + base[lane]) + hc_eps;
+            post[n * hc + lane] = 2.0f * sigmoidf(m[hc + lane] * scale[1] + base[hc + lane]);
         }
-        for (int j = 0; j < hc; ++j) {  // softmax of each row
-            float mx = -INFINITY, sum = 0;
-            for (int k = 0; k < hc; ++k) mx = fmaxf(mx, m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k]);
-            for (int k = 0; k < hc; ++k) sum += c[j * hc + k] = expf(m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k] - mx);
-            for (int k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / sum + hc_eps;
-        }
+        bool owner = lane < hc * hc;  // the other lanes follow element 0 and write nothing
+        int e = owner ? lane : 0, j = e / hc, k = e % hc;
+        auto logit = [&](int jj, int kk) { return m[2 * hc + jj * hc + kk] * scale[2] + base[2 * hc + jj * hc + kk]; };
+        // Sums run over the row's / column's lanes in index order, as a serial loop would add them.
+        auto row_sum = [&](float v) {
+            float s = 0;
+            for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(0xffffffffu, v, j * hc + kk);
+            return s;
+        };
+        auto column_sum = [&](float v) {
+            float s = 0;
+            for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(0xffffffffu, v, jj * hc + k);
+            return s;
+        };
+        float mx = -INFINITY;  // softmax of each row
+        for (int kk = 0; kk < hc; ++kk) mx = fmaxf(mx, logit(j, kk));
+        float c = expf(logit(j, k) - mx);
+        c = c / row_sum(c) + hc_eps;
         for (int it = 0; it < iters; ++it) {  // columns, then (rows, columns) alternating
-            if (it > 0)
-                for (int j = 0; j < hc; ++j) {
-                    float s = 0;
-                    for (int k = 0; k < hc; ++k) s += c[j * hc + k];
-                    for (int k = 0; k < hc; ++k) c[j * hc + k] /= s + hc_eps;
-                }
-            for (int k = 0; k < hc; ++k) {
-                float s = 0;
-                for (int j = 0; j < hc; ++j) s += c[j * hc + k];
-                for (int j = 0; j < hc; ++j) c[j * hc + k] /= s + hc_eps;
-            }
+            if (it > 0) c /= row_sum(c) + hc_eps;
+            c /= column_sum(c) + hc_eps;
         }
-        for (int j = 0; j < hc * hc; ++j) comb[n * hc * hc + j] = c[j];
+        if (owner) comb[n * hc * hc + e] = c;
     }
     __syncthreads();
     if (pre_out != nullptr && threadIdx.x < hc) pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
@@ -69,7 +120,7 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, const fl
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
     int64_t n = blockIdx.x;
     float* x = streams + n * hc * d;
-    for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    for (int64_t e = blockIdx.y * blockDim.x + threadIdx.x; e < d; e += gridDim.y * blockDim.x) {
         float old[kMaxHc];
         for (int j = 0; j < hc; ++j) old[j] = x[j * d + e];
         for (int k = 0; k < hc; ++k) {
@@ -93,36 +144,51 @@ __global__ void hc_head_kernel(const float* streams, const float* mixes, const f
 
 void CudaBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                          Tensor& collapsed, Tensor& post, Tensor& comb) {
+    DI_PROFILE_OP("hc_pre");
     mix_coefficients(streams, fn, base, scale, p, collapsed.data<float>(), nullptr, post, comb);
 }
 
 void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                          Tensor& pre, Tensor& post, Tensor& comb) {
+    DI_PROFILE_OP("hc_mix");
     mix_coefficients(streams, fn, base, scale, p, nullptr, pre.data<float>(), post, comb);
 }
 
 void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                                    const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb) {
     int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
-    DI_CUDA_REQUIRE(p.hc <= kMaxHc, "hc_mult " + std::to_string(p.hc) + " is above " + std::to_string(kMaxHc));
+    DI_CUDA_REQUIRE(p.hc * p.hc <= 32, "cuda mHC: hc_mult " + std::to_string(p.hc) + " is above 5 (one warp per Sinkhorn)");
     if (n == 0) return;
-    Tensor flat = empty(DType::kF32, {n, p.hc * d}), mixes = empty(DType::kF32, {n, width});
-    rms_flat_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
-    gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
-    hc_pre_kernel<<<n, 128, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), base.data<float>(), scale.data<float>(),
-                                           p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre, post.data<float>(),
-                                           comb.data<float>());
+    constexpr int64_t kMaxSplitTokens = 64;  // beyond this, one GEMM reads fn once for all tokens
+    Tensor mixes;
+    int splits = 0;
+    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxSplitTokens && (p.hc * d) % 4 == 0) {
+        splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
+        mixes = empty(DType::kF32, {n, splits, width + 1});
+        hc_dots_kernel<24><<<dim3(splits, n), 256, 0, stream()>>>(streams.data<float>(), fn.data<float>(), p.hc * d,
+                                                                  mixes.data<float>());
+    } else {
+        Tensor flat = empty(DType::kF32, {n, p.hc * d});
+        mixes = empty(DType::kF32, {n, width});
+        rms_flat_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
+        gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
+    }
+    hc_pre_kernel<<<n, 128, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), splits, p.norm_eps, base.data<float>(),
+                                           scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
+                                           post.data<float>(), comb.data<float>());
 }
 
 void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) {
+    DI_PROFILE_OP("hc_post");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
-    hc_post_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), y.data<float>(), post.data<float>(), comb.data<float>(),
+    hc_post_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(streams.data<float>(), y.data<float>(), post.data<float>(), comb.data<float>(),
                                             static_cast<int>(hc), d);
 }
 
 void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                           Tensor& out) {
+    DI_PROFILE_OP("hc_head");
     int64_t n = streams.dim(0), d = streams.dim(2);
     if (n == 0) return;
     Tensor flat = empty(DType::kF32, {n, p.hc * d}), mixes = empty(DType::kF32, {n, static_cast<int64_t>(p.hc)});

@@ -1,0 +1,149 @@
+// Routed experts grouped by expert on the device, for batches past the per-pair path: the
+// (token, slot) pairs are ordered by expert in one block (counts, offsets, then each expert's
+// pairs in pair order: no atomics, so the layout does not vary from run to run); each block then
+// owns a few rows of one expert's matrices and applies them to that expert's pairs, eight at a
+// time, so the weights are read once per eight pairs and nothing returns to the host. Every pair
+// gets its own output row, and the slots of a token are added in slot order at the end.
+#include "kernels/cuda/cuda_backend_impl.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr int kPairsPerPass = 8;
+constexpr int kThreads = 256;
+constexpr int kUpRows = 2;    // rows of w1 and of w3 per block
+constexpr int kDownRows = 4;  // rows of w2 per block
+
+__global__ void group_pairs_kernel(const int* ids, int pairs, int experts, int* order, int* offsets) {
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int count = 0;
+        for (int p = 0; p < pairs; ++p) count += ids[p] == e;
+        offsets[e + 1] = count;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        for (int e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int at = offsets[e];
+        for (int p = 0; p < pairs; ++p)
+            if (ids[p] == e) order[at++] = p;
+    }
+}
+
+// acc[r * M + t] += w[r] · x[t] over k, the block's threads splitting k.
+template <int R, int M>
+__device__ void rows_times_pairs(const __nv_bfloat16* const (&w)[R], const float* const (&x)[M], int k, float (&acc)[R * M]) {
+    for (int c = threadIdx.x * 8; c < k; c += kThreads * 8) {
+        uint4 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r] + c));
+        for (int t = 0; t < M; ++t) {
+            float4 lo = *reinterpret_cast<const float4*>(x[t] + c), hi = *reinterpret_cast<const float4*>(x[t] + c + 4);
+            for (int r = 0; r < R; ++r) acc[r * M + t] += dot8(wv[r], lo, hi);
+        }
+    }
+}
+
+// out[i] = Σ over the block's threads of v[i], warps added in order; ends synchronised.
+template <int N>
+__device__ void block_sums(const float (&v)[N], float* out) {
+    __shared__ float part[kThreads / 32][N];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int i = 0; i < N; ++i) {
+        float s = warp_sum(v[i]);
+        if (lane == 0) part[warp][i] = s;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < N; i += kThreads) {
+        float s = 0;
+        for (int w = 0; w < kThreads / 32; ++w) s += part[w][i];
+        out[i] = s;
+    }
+    __syncthreads();
+}
+
+// h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for the expert's pairs.
+__global__ void __launch_bounds__(kThreads) moe_up_grouped_kernel(const float* x, int d, const int* order, const int* offsets,
+                                                                  const ExpertRows* ex, int top_k, int inter, float limit,
+                                                                  float* h) {
+    constexpr int R = 2 * kUpRows, M = kPairsPerPass;
+    int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * kUpRows;
+    if (begin == end) return;
+    const __nv_bfloat16* w[R];
+    for (int r = 0; r < kUpRows; ++r) {
+        long long row = min(r0 + r, inter - 1);
+        w[r] = ex[e].w1 + row * d;
+        w[kUpRows + r] = ex[e].w3 + row * d;
+    }
+    __shared__ float sums[R * M];
+    for (int p0 = begin; p0 < end; p0 += M) {
+        int mt = min(M, end - p0);
+        const float* xp[M];
+        for (int t = 0; t < M; ++t) xp[t] = x + static_cast<long long>(order[p0 + min(t, mt - 1)] / top_k) * d;
+        float acc[R * M] = {};
+        rows_times_pairs<R, M>(w, xp, d, acc);
+        block_sums<R * M>(acc, sums);
+        int r = threadIdx.x / M, t = threadIdx.x % M;
+        if (r < kUpRows && t < mt && r0 + r < inter) {
+            float g = fminf(sums[r * M + t], limit), u = fminf(fmaxf(sums[(kUpRows + r) * M + t], -limit), limit);
+            h[static_cast<long long>(order[p0 + t]) * inter + r0 + r] = g / (1.0f + expf(-g)) * u;
+        }
+    }
+}
+
+// y[pair, r] = weight[pair] * w2_r · h[pair] for the expert's pairs.
+__global__ void __launch_bounds__(kThreads) moe_down_grouped_kernel(const float* h, const int* order, const int* offsets,
+                                                                    const ExpertRows* ex, const float* weights, int d,
+                                                                    int inter, float* y) {
+    constexpr int R = kDownRows, M = kPairsPerPass;
+    int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * R;
+    if (begin == end) return;
+    const __nv_bfloat16* w[R];
+    for (int r = 0; r < R; ++r) w[r] = ex[e].w2 + static_cast<long long>(min(r0 + r, d - 1)) * inter;
+    __shared__ float sums[R * M];
+    for (int p0 = begin; p0 < end; p0 += M) {
+        int mt = min(M, end - p0);
+        const float* hp[M];
+        for (int t = 0; t < M; ++t) hp[t] = h + static_cast<long long>(order[p0 + min(t, mt - 1)]) * inter;
+        float acc[R * M] = {};
+        rows_times_pairs<R, M>(w, hp, inter, acc);
+        block_sums<R * M>(acc, sums);
+        int r = threadIdx.x / M, t = threadIdx.x % M;
+        if (r < R && t < mt && r0 + r < d) {
+            int pair = order[p0 + t];
+            y[static_cast<long long>(pair) * d + r0 + r] = weights[pair] * sums[r * M + t];
+        }
+    }
+}
+
+// out[token] += Σ_slot y[(token, slot)], in slot order.
+__global__ void moe_combine_kernel(const float* y, int top_k, int64_t d, float* out) {
+    int64_t token = blockIdx.x;
+    for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < d; c += gridDim.y * blockDim.x) {
+        float v = 0;
+        for (int s = 0; s < top_k; ++s) v += y[(token * top_k + s) * d + c];
+        out[token * d + c] += v;
+    }
+}
+
+}  // namespace
+
+void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
+                                      int experts, int inter, float limit, Tensor& out) {
+    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), pairs = n * top_k;
+    Tensor index = empty(DType::kI32, {pairs + experts + 1});
+    int* order = index.data<int>();
+    int* offsets = order + pairs;
+    group_pairs_kernel<<<1, 1024, 0, stream()>>>(ids.data<int>(), static_cast<int>(pairs), experts, order, offsets);
+    Tensor h = empty(DType::kF32, {pairs, inter}), y = empty(DType::kF32, {pairs, d});
+    moe_up_grouped_kernel<<<dim3(experts, blocks_for(inter, kUpRows)), kThreads, 0, stream()>>>(
+        x.data<float>(), static_cast<int>(d), order, offsets, rows, static_cast<int>(top_k), inter, limit, h.data<float>());
+    moe_down_grouped_kernel<<<dim3(experts, blocks_for(d, kDownRows)), kThreads, 0, stream()>>>(
+        h.data<float>(), order, offsets, rows, weights.data<float>(), static_cast<int>(d), inter, y.data<float>());
+    moe_combine_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(y.data<float>(), static_cast<int>(top_k), d,
+                                                                           out.data<float>());
+}
+
+}  // namespace deepinfer::kernels::cuda
