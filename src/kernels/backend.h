@@ -126,6 +126,12 @@ struct IndexerArgs {
 };
 
 // Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
+// One product of Backend::matmul_many: y = x · wᵀ.
+struct MatmulTarget {
+    const Tensor* w;
+    Tensor* y;
+};
+
 struct ExpertWeights {
     Tensor w1, w3, w2;
 };
@@ -160,6 +166,11 @@ public:
     virtual void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) = 0;
     // y[M, N] = x[M, K] · wᵀ, w [N, K] bf16 or fp32.
     virtual void matmul(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+    // y_i = x · w_iᵀ for sibling projections of the same x; a device backend may run them as one
+    // launch (decode steps are launch-bound).
+    virtual void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
+        for (const auto& t : targets) matmul(x, *t.w, *t.y);
+    }
     // Block-diagonal: y[:, g*R:(g+1)*R] = x[:, g*K:(g+1)*K] · w[g*R:(g+1)*R, :]ᵀ.
     virtual void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) = 0;
     // y[r, :] = x[r, :] / rms(x[r, :]) (* weight); x [R, C]; in place allowed.

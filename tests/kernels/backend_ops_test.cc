@@ -61,7 +61,8 @@ Tensor positions(std::vector<int64_t> p) {
 }
 
 // Decode-sized products (1-8 rows, the GPU's one-launch path) and one past it, with k spanning
-// several 2048-wide strides plus a tail, n not a multiple of 4, and a grouped product.
+// several 2048-wide strides plus a tail, n not a multiple of 4, a grouped product and sibling
+// products of one x.
 TEST_P(BackendOps, SmallBatchMatmul) {
     for (int64_t m : {1, 2, 3, 4, 5, 8, 9}) {
         Tensor x = random_f32({m, 4200}, rng), w = random_bf16({37, 4200}, rng);
@@ -75,6 +76,18 @@ TEST_P(BackendOps, SmallBatchMatmul) {
         cpu->grouped_matmul(gx, gw, 4, ga);
         ref->grouped_matmul(gx, gw, 4, gb);
         EXPECT_TRUE(all_close(ga, gb, mm_tol)) << "grouped, m = " << m;
+
+        std::vector<Tensor> ws, ys;
+        for (int64_t n : {37, 12, 64}) ws.push_back(random_bf16({n, 520}, rng)), ys.push_back(Tensor::empty(DType::kF32, {m, n}));
+        Tensor xs = random_f32({m, 520}, rng);
+        std::vector<MatmulTarget> targets;
+        for (size_t i = 0; i < ws.size(); ++i) targets.push_back({&ws[i], &ys[i]});
+        cpu->matmul_many(xs, targets);
+        for (size_t i = 0; i < ws.size(); ++i) {
+            Tensor expect = Tensor::empty(DType::kF32, ys[i].shape());
+            ref->matmul(xs, ws[i], expect);
+            EXPECT_TRUE(all_close(ys[i], expect, mm_tol)) << "matmul_many product " << i << ", m = " << m;
+        }
     }
 }
 

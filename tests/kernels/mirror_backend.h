@@ -32,6 +32,14 @@ public:
         dev_->matmul(up(x), up(w), o);
         down(o, y);
     }
+    void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override {
+        std::vector<Tensor> ws, ys;
+        for (const auto& t : targets) ws.push_back(up(*t.w)), ys.push_back(up(*t.y));
+        std::vector<MatmulTarget> on_device;
+        for (size_t i = 0; i < ws.size(); ++i) on_device.push_back({&ws[i], &ys[i]});
+        dev_->matmul_many(up(x), on_device);
+        for (size_t i = 0; i < ys.size(); ++i) down(ys[i], *targets[i].y);
+    }
     void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override {
         Tensor o = up(y);
         dev_->grouped_matmul(up(x), up(w), groups, o);

@@ -225,7 +225,8 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
         return;
     }
     DI_CUDA_REQUIRE(w.dtype() == DType::kBF16, std::string("cuda gemm: unsupported weight dtype ") + dtype_name(w.dtype()));
-    if (gemv(x, lda, w, y, ldy, m, 1, accumulate)) return;
+    GemvProduct one{x, &w, y, ldy};
+    if (gemv({&one, 1}, lda, m, accumulate)) return;
     int64_t s = gemm_parts_;
     Tensor xb = empty(DType::kBF16, {s * m, k}), partial = empty(DType::kF32, {s * m, n});
     float zero = 0.0f;
@@ -251,12 +252,29 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
     gemm(x.data<float>(), k, w, y.data<float>(), w.dim(0), m);
 }
 
+void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
+    DI_PROFILE_OP("matmul_many");
+    if (targets.empty()) return;
+    int64_t k = targets[0].w->dim(-1), m = x.numel() / k;
+    std::vector<GemvProduct> products;
+    for (const auto& t : targets) products.push_back({x.data<float>(), t.w, t.y->data<float>(), t.w->dim(0)});
+    bool shapes_agree = true;
+    for (const auto& t : targets) shapes_agree &= t.w->dim(-1) == k && t.y->numel() == m * t.w->dim(0);
+    if (m == 0 || (shapes_agree && x.numel() == m * k && gemv(products, k, m, false))) return;
+    for (const auto& t : targets) matmul(x, *t.w, *t.y);
+}
+
 void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) {
     DI_PROFILE_OP("grouped_matmul");
     int64_t k = w.dim(-1), rows = w.dim(0) / groups, m = x.numel() / (groups * k);
-    if (m == 0 || gemv(x.data<float>(), groups * k, w, y.data<float>(), groups * rows, m, groups, false)) return;
+    if (m == 0) return;
+    std::vector<Tensor> blocks;
+    for (int g = 0; g < groups; ++g) blocks.push_back(w.rows(g * rows, (g + 1) * rows));
+    std::vector<GemvProduct> products;
+    for (int g = 0; g < groups; ++g) products.push_back({x.data<float>() + g * k, &blocks[g], y.data<float>() + g * rows, groups * rows});
+    if (gemv(products, groups * k, m, false)) return;
     for (int g = 0; g < groups; ++g)
-        gemm(x.data<float>() + g * k, groups * k, w.rows(g * rows, (g + 1) * rows), y.data<float>() + g * rows, groups * rows, m);
+        gemm(x.data<float>() + g * k, groups * k, blocks[g], y.data<float>() + g * rows, groups * rows, m);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {

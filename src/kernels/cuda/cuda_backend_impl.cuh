@@ -59,6 +59,7 @@ public:
 
     void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override;
     void matmul(const Tensor& x, const Tensor& w, Tensor& y) override;
+    void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override;
     void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override;
     void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override;
     void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;
@@ -91,11 +92,17 @@ public:
 
     // y[m, n] (+)= x[m, k] · w[n, k]ᵀ with row strides, x fp32 on the device, w bf16 or fp32.
     void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
-    // The same for m <= kGemvMaxRows rows of x and bf16 weights, in one launch at full fp32 accuracy;
-    // with groups > 1, block g of w's n / groups rows multiplies x[:, g*k .. (g+1)*k) (lda >= groups*k).
+    // Products y = x · wᵀ of m <= kGemvMaxRows rows of x (row stride lda) and bf16 weights, all
+    // in one launch at full fp32 accuracy (the groups of a grouped matmul, or sibling projections).
     // Returns false (nothing launched) when the shapes or alignment do not suit it.
+    struct GemvProduct {
+        const float* x;
+        const Tensor* w;
+        float* y;
+        int64_t ldy;
+    };
     static constexpr int64_t kGemvMaxRows = 8;
-    bool gemv(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, int groups, bool accumulate);
+    bool gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate);
     cudaStream_t stream() const { return stream_; }
     void set_matmul_precision(MatmulPrecision p) override { gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : 2; }
     void set_profiling(bool on) override { profiler_.enable(on); }

@@ -2,8 +2,8 @@
 // and fp32 accumulation, one launch, no bf16 split of the activations (so the product is as exact
 // as the CPU's) and weights streamed with 16-byte loads. Each block owns kRows weight rows; its
 // threads split k (so short, wide matrices still spread over the GPU) and the partial dots are
-// added warp by warp in a fixed order. Grouped matmuls (wo_a) run as one launch: weight row j
-// belongs to group j / rows_per_group, which reads its own slice of x.
+// added warp by warp in a fixed order. One launch covers up to kMaxParts products of the same
+// shape of x: the groups of a grouped matmul (wo_a) or sibling projections of one x.
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -11,31 +11,39 @@ namespace {
 
 constexpr int kRows = 4;  // weight rows per block
 constexpr int kThreads = 256;
+constexpr int kMaxParts = 8;
+
+struct Part {
+    const float* x;
+    const __nv_bfloat16* w;
+    float* y;
+    int64_t rows, ldy;
+    int first_block;
+};
 
 struct GemvArgs {
-    const float* x;
-    int64_t lda, x_group_step, rows_per_group;
-    const __nv_bfloat16* w;
-    int64_t n, k;
-    float* y;
-    int64_t ldy;
+    Part parts[kMaxParts];
+    int num_parts;
+    int64_t lda, k;
     bool accumulate;
 };
 
 template <int M>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
-    int64_t row0 = blockIdx.x * int64_t{kRows};
-    const float* x = a.x + row0 / a.rows_per_group * a.x_group_step;
+    int pi = 0;
+    while (pi + 1 < a.num_parts && static_cast<int>(blockIdx.x) >= a.parts[pi + 1].first_block) ++pi;
+    const Part& part = a.parts[pi];
+    int64_t row0 = (blockIdx.x - part.first_block) * int64_t{kRows};
     const __nv_bfloat16* w[kRows];
-    for (int r = 0; r < kRows; ++r) w[r] = a.w + min(row0 + r, a.n - 1) * a.k;
+    for (int r = 0; r < kRows; ++r) w[r] = part.w + min(row0 + r, part.rows - 1) * a.k;
     float acc[kRows][M] = {};
 #pragma unroll 2
     for (int64_t c = threadIdx.x * 8; c < a.k; c += kThreads * 8) {
         uint4 wv[kRows];
         for (int r = 0; r < kRows; ++r) wv[r] = load_weights(w[r] + c);
         for (int t = 0; t < M; ++t) {
-            float4 lo = *reinterpret_cast<const float4*>(x + t * a.lda + c);
-            float4 hi = *reinterpret_cast<const float4*>(x + t * a.lda + c + 4);
+            float4 lo = *reinterpret_cast<const float4*>(part.x + t * a.lda + c);
+            float4 hi = *reinterpret_cast<const float4*>(part.x + t * a.lda + c + 4);
             for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r], lo, hi);
         }
     }
@@ -49,10 +57,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     __syncthreads();
     if (threadIdx.x >= kRows * M) return;
     int r = threadIdx.x / M, t = threadIdx.x % M;
-    if (row0 + r >= a.n) return;
+    if (row0 + r >= part.rows) return;
     float v = 0;
     for (int i = 0; i < kThreads / 32; ++i) v += partial[i][threadIdx.x];
-    float* out = a.y + t * a.ldy + row0 + r;
+    float* out = part.y + t * part.ldy + row0 + r;
     *out = a.accumulate ? *out + v : v;
 }
 
@@ -60,16 +68,21 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-bool CudaBackend::gemv(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, int groups,
-                       bool accumulate) {
-    int64_t n = w.dim(0), k = w.dim(-1);
-    // One group: every row reads x from its start (a group as tall as the rounded-up matrix).
-    int64_t rows_per_group = groups == 1 ? blocks_for(n, kRows) * int64_t{kRows} : n / groups;
-    bool fits = w.dtype() == DType::kBF16 && m >= 1 && m <= kGemvMaxRows && k % 8 == 0 && lda % 4 == 0 &&
-                aligned16(x) && aligned16(w.raw()) && rows_per_group % kRows == 0;
-    if (!fits) return false;
-    GemvArgs a{x, lda, k, rows_per_group, w.data<__nv_bfloat16>(), n, k, y, ldy, accumulate};
-    int blocks = blocks_for(n, kRows);
+bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate) {
+    if (products.empty() || products.size() > kMaxParts || m < 1 || m > kGemvMaxRows || lda % 4 != 0) return false;
+    GemvArgs a{};
+    a.num_parts = static_cast<int>(products.size());
+    a.lda = lda;
+    a.k = products[0].w->dim(-1);
+    a.accumulate = accumulate;
+    int blocks = 0;
+    for (size_t i = 0; i < products.size(); ++i) {
+        const GemvProduct& p = products[i];
+        if (p.w->dtype() != DType::kBF16 || p.w->dim(-1) != a.k || a.k % 8 != 0 || !aligned16(p.x) || !aligned16(p.w->raw()))
+            return false;
+        a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, blocks};
+        blocks += blocks_for(p.w->dim(0), kRows);
+    }
     switch (m) {
         case 1: gemv_kernel<1><<<blocks, kThreads, 0, stream_>>>(a); break;
         case 2: gemv_kernel<2><<<blocks, kThreads, 0, stream_>>>(a); break;

@@ -25,6 +25,15 @@ struct DeepseekV4Model::StepTensors {
     Tensor x, post, comb;  // [N, D], [N, hc], [N, hc, hc]
 };
 
+// The compressor and indexer projections of st.x (and the indexer's queries from q_a), computed
+// with the layer's other projections of the same input in one matmul_many.
+struct DeepseekV4Model::CompressorInputs {
+    Tensor kv, gate;              // main compressor [N, c*d]
+    Tensor index_kv, index_gate;  // indexer compressor [N, 2*di] (CSA)
+    Tensor index_weights;         // [N, index heads] (CSA)
+    Tensor index_q;               // [N, index heads, di] (CSA), from q_a
+};
+
 DeepseekV4Config load_deepseek_v4_config(const std::string& dir) { return parse_deepseek_v4_config(read_config_json(dir)); }
 
 DeepseekV4Model::DeepseekV4Model(const std::string& dir, Backend& backend)
@@ -102,16 +111,20 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     backend_.rms_norm(st.x, &lw.attn_norm, eps, st.x);
     const kernels::Rope& rope = cfg_.layer_types[l] == AttentionType::kSliding ? rope_main_ : rope_compress_;
 
-    Tensor qr = backend_.empty(DType::kF32, {n, cfg_.q_lora_rank});
-    backend_.matmul(st.x, lw.wq_a, qr);
+    bool compressed = cfg_.layer_types[l] != AttentionType::kSliding;
+    Tensor qr = backend_.empty(DType::kF32, {n, cfg_.q_lora_rank}), kv = backend_.empty(DType::kF32, {n, d});
+    std::vector<kernels::MatmulTarget> from_x = {{&lw.wq_a, &qr}, {&lw.wkv, &kv}};
+    CompressorInputs comp;
+    if (compressed) compressor_targets(l, n, comp, from_x);
+    backend_.matmul_many(st.x, from_x);
     backend_.rms_norm(qr, &lw.q_norm, eps, qr);
     Tensor q = backend_.empty(DType::kF32, {n, H, d});
-    backend_.matmul(qr, lw.wq_b, q);
+    std::vector<kernels::MatmulTarget> from_qr = {{&lw.wq_b, &q}};
+    if (comp.index_q.defined()) from_qr.push_back({&lw.index_wq_b, &comp.index_q});
+    backend_.matmul_many(qr, from_qr);
     Tensor q_heads = q.reshape({n * H, d});
     backend_.rms_norm(q_heads, nullptr, eps, q_heads);
     backend_.rope(q_heads, st.positions, static_cast<int>(H), rope, false);
-    Tensor kv = backend_.empty(DType::kF32, {n, d});
-    backend_.matmul(st.x, lw.wkv, kv);
     backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
     backend_.rope(kv, st.positions, 1, rope, false);
 
@@ -125,9 +138,9 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     args.scale = 1.0f / std::sqrt(static_cast<float>(d));
     args.out = backend_.empty(DType::kF32, {n, H, d});
     kernels::EntryStore entries;
-    if (cfg_.layer_types[l] != AttentionType::kSliding) {
+    if (compressed) {
         entries = kernels::EntryStore{ls.entries, st.step.tables_of(cache_layout_.layers[l].group)};
-        compressed_keys(l, st, cache, qr, entries, args);
+        compressed_keys(l, st, cache, comp, entries, args);
     }
     backend_.attention(st.step.seqs, args);
     backend_.ring_write(st.step.seqs, kv, ls.ring);
@@ -141,20 +154,36 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     backend_.hc_post(st.streams, y, st.post, st.comb);
 }
 
-void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache, const Tensor& qr,
+void DeepseekV4Model::compressor_targets(int l, int64_t n, CompressorInputs& in, std::vector<kernels::MatmulTarget>& from_x) {
+    const V4LayerWeights& lw = w_.layers[l];
+    bool csa = cfg_.layer_types[l] == AttentionType::kCsa;
+    int64_t c = csa ? 2 : 1, d = cfg_.head_dim;
+    in.kv = backend_.empty(DType::kF32, {n, c * d});
+    in.gate = backend_.empty(DType::kF32, {n, c * d});
+    from_x.push_back({&lw.compressor.wkv, &in.kv});
+    from_x.push_back({&lw.compressor.wgate, &in.gate});
+    if (!csa) return;
+    int64_t di = cfg_.index_head_dim, hi = cfg_.index_n_heads;
+    in.index_kv = backend_.empty(DType::kF32, {n, 2 * di});
+    in.index_gate = backend_.empty(DType::kF32, {n, 2 * di});
+    in.index_weights = backend_.empty(DType::kF32, {n, hi});
+    in.index_q = backend_.empty(DType::kF32, {n, hi, di});
+    from_x.push_back({&lw.index_compressor.wkv, &in.index_kv});
+    from_x.push_back({&lw.index_compressor.wgate, &in.index_gate});
+    from_x.push_back({&lw.index_weights_proj, &in.index_weights});
+}
+
+void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache, CompressorInputs& in,
                                       kernels::EntryStore& entries, AttentionArgs& args) {
     const V4LayerWeights& lw = w_.layers[l];
     HybridCache::LayerState& ls = cache.layer(l);
     int64_t n = st.n, d = cfg_.head_dim;
     bool csa = cfg_.layer_types[l] == AttentionType::kCsa;
     int rate = cfg_.compress_rate(l);
-    int64_t c = csa ? 2 : 1;
 
     kernels::CompressorArgs ca;
-    ca.kv = backend_.empty(DType::kF32, {n, c * d});
-    ca.gate = backend_.empty(DType::kF32, {n, c * d});
-    backend_.matmul(st.x, lw.compressor.wkv, ca.kv);
-    backend_.matmul(st.x, lw.compressor.wgate, ca.gate);
+    ca.kv = in.kv;
+    ca.gate = in.gate;
     ca.ape = lw.compressor.ape;
     ca.norm = lw.compressor.norm;
     ca.norm_eps = cfg_.rms_norm_eps;
@@ -175,10 +204,8 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
     int64_t di = cfg_.index_head_dim, hi = cfg_.index_n_heads;
     kernels::EntryStore index_store{ls.index_entries, st.step.tables_of(cache_layout_.layers[l].group)};
     kernels::CompressorArgs ia = ca;
-    ia.kv = backend_.empty(DType::kF32, {n, 2 * di});
-    ia.gate = backend_.empty(DType::kF32, {n, 2 * di});
-    backend_.matmul(st.x, lw.index_compressor.wkv, ia.kv);
-    backend_.matmul(st.x, lw.index_compressor.wgate, ia.gate);
+    ia.kv = in.index_kv;
+    ia.gate = in.index_gate;
     ia.ape = lw.index_compressor.ape;
     ia.norm = lw.index_compressor.norm;
     ia.dim = static_cast<int>(di);
@@ -187,12 +214,10 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
     backend_.compressor_update(st.step.seqs, ia);
 
     kernels::IndexerArgs xa;
-    xa.q = backend_.empty(DType::kF32, {n, hi, di});
-    backend_.matmul(qr, lw.index_wq_b, xa.q);
+    xa.q = in.index_q;
     Tensor q_rows = xa.q.reshape({n * hi, di});
     backend_.rope(q_rows, st.positions, static_cast<int>(hi), rope_compress_, false);
-    xa.weights = backend_.empty(DType::kF32, {n, hi});
-    backend_.matmul(st.x, lw.index_weights_proj, xa.weights);
+    xa.weights = in.index_weights;
     xa.keys = &index_store;
     xa.rate = rate;
     xa.top_k = cfg_.index_topk;

@@ -29,7 +29,9 @@ private:
     struct StepTensors;
     Tensor forward_described(const Batch& step, HybridCache& cache) override;
     void attention_block(int l, StepTensors& st, HybridCache& cache);
-    void compressed_keys(int l, StepTensors& st, HybridCache& cache, const Tensor& qr, kernels::EntryStore& entries,
+    struct CompressorInputs;
+    void compressor_targets(int l, int64_t n, CompressorInputs& in, std::vector<kernels::MatmulTarget>& from_x);
+    void compressed_keys(int l, StepTensors& st, HybridCache& cache, CompressorInputs& in, kernels::EntryStore& entries,
                          kernels::AttentionArgs& args);
     void ffn_block(int l, StepTensors& st);
 

@@ -6,13 +6,12 @@ void moe_feed_forward(kernels::Backend& backend, const DeepseekV4Config& c, cons
                       const Tensor& x, const Tensor& token_ids, Tensor& y) {
     int64_t n = x.dim(0), I = c.moe_intermediate_size, k = c.num_experts_per_tok;
     Tensor logits = backend.empty(DType::kF32, {n, static_cast<int64_t>(c.n_routed_experts)});
-    backend.matmul(x, lw.gate, logits);
+    Tensor gate = backend.empty(DType::kF32, {n, I}), up = backend.empty(DType::kF32, {n, I});
+    kernels::MatmulTarget from_x[] = {{&lw.gate, &logits}, {&lw.shared.w1, &gate}, {&lw.shared.w3, &up}};
+    backend.matmul_many(x, from_x);
     Tensor ids = backend.empty(DType::kI32, {n, k}), weights = backend.empty(DType::kF32, {n, k});
     backend.moe_route(logits, hash ? nullptr : &lw.gate_bias, hash ? &lw.tid2eid : nullptr, &token_ids,
                       static_cast<int>(k), c.routed_scaling_factor, ids, weights);
-    Tensor gate = backend.empty(DType::kF32, {n, I}), up = backend.empty(DType::kF32, {n, I});
-    backend.matmul(x, lw.shared.w1, gate);
-    backend.matmul(x, lw.shared.w3, up);
     backend.swiglu(gate, up, c.swiglu_limit, gate);
     backend.matmul(gate, lw.shared.w2, y);
     backend.moe_experts(x, ids, weights, lw.experts, c.swiglu_limit, y);
