@@ -212,40 +212,50 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block,
     return sc;
 }
 
+// A mixed step (prefill and decode), and a decode step of two long sequences (few blocks: the GPU
+// splits each (token, head)'s keys over several blocks and merges them).
 TEST_P(BackendOps, AttentionAllModes) {
-    int64_t heads = 4, d = 32;
-    int window = 8, rate = 4;
-    Scenario sc = make_scenario(rng, d, rate, 5);
-    EntryStore store = sc.store();
-    AttentionArgs a;
-    a.q = random_f32({sc.num_tokens, heads, d}, rng);
-    a.kv = random_f32({sc.num_tokens, d}, rng);
-    a.ring = random_f32({3, window - 1, d}, rng);
-    a.window = window;
-    a.entries = &store;
-    a.rate = rate;
-    a.sinks = random_f32({heads}, rng);
-    a.scale = 0.3f;
-    a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, 3});
-    for (const auto& s : sc.seqs)
-        for (int t = 0; t < s.num_tokens; ++t) {
-            int64_t visible = (s.start_pos + t + 1) / rate;
-            for (int i = 0; i < 3; ++i)
-                a.selected.data<int32_t>()[(s.token_begin + t) * 3 + i] = i < visible ? static_cast<int32_t>(rng() % visible) : -1;
+    struct Case {
+        SeqShapes shapes;
+        int window, picks;
+    };
+    for (const Case& cs : {Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3}, Case{{{300, 1}, {150, 1}}, 128, 80}}) {
+        int64_t heads = 4, d = 32;
+        int window = cs.window, rate = 4, picks = cs.picks;
+        Scenario sc = make_scenario(rng, d, rate, 5, cs.shapes);
+        EntryStore store = sc.store();
+        AttentionArgs a;
+        a.q = random_f32({sc.num_tokens, heads, d}, rng);
+        a.kv = random_f32({sc.num_tokens, d}, rng);
+        a.ring = random_f32({3, window - 1, d}, rng);
+        a.window = window;
+        a.entries = &store;
+        a.rate = rate;
+        a.sinks = random_f32({heads}, rng);
+        a.scale = 0.3f;
+        a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, picks});
+        for (const auto& s : sc.seqs)
+            for (int t = 0; t < s.num_tokens; ++t) {
+                int64_t visible = (s.start_pos + t + 1) / rate;
+                for (int i = 0; i < picks; ++i)
+                    a.selected.data<int32_t>()[(s.token_begin + t) * picks + i] =
+                        i < visible ? static_cast<int32_t>(rng() % visible) : -1;
+            }
+        for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible,
+                          AttentionArgs::Compressed::kSelected}) {
+            a.compressed = mode;
+            AttentionArgs b = a;
+            a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+            b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+            cpu->attention(sc.seqs, a);
+            ref->attention(sc.seqs, b);
+            EXPECT_TRUE(all_close(a.out, b.out, tol)) << "mode " << static_cast<int>(mode) << ", window " << window;
         }
-    for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible, AttentionArgs::Compressed::kSelected}) {
-        a.compressed = mode;
-        AttentionArgs b = a;
-        a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
-        b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
-        cpu->attention(sc.seqs, a);
-        ref->attention(sc.seqs, b);
-        EXPECT_TRUE(all_close(a.out, b.out, tol)) << "mode " << static_cast<int>(mode);
+        Tensor ra = copy_of(a.ring), rb = copy_of(a.ring);
+        cpu->ring_write(sc.seqs, a.kv, ra);
+        ref->ring_write(sc.seqs, a.kv, rb);
+        EXPECT_TRUE(all_close(ra, rb, 0.0));
     }
-    Tensor ra = copy_of(a.ring), rb = copy_of(a.ring);
-    cpu->ring_write(sc.seqs, a.kv, ra);
-    ref->ring_write(sc.seqs, a.kv, rb);
-    EXPECT_TRUE(all_close(ra, rb, 0.0));
 }
 
 TEST_P(BackendOps, CompressorsAndIndexer) {

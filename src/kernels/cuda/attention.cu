@@ -1,7 +1,10 @@
 // Attention with sinks over the sliding window (ring + this step's new tokens) and compressed
-// entries (all visible, or the indexer's picks). One block per (token, head); each warp walks a
-// share of the keys kKeysPerStep at a time (independent loads and reductions in flight) with an
+// entries (all visible, or the indexer's picks). One block per (token, head) — or, for steps too
+// small to fill the GPU, per (token, head, share of the keys), merged by a second kernel; each warp
+// walks its keys kKeysPerStep at a time (independent loads and reductions in flight) with an
 // online softmax, then the warps' partial results are merged.
+#include <algorithm>
+
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -21,7 +24,8 @@ struct AttnParams {
     const int* tables;
     const float* sinks;
     float* out;
-    int num_seqs, heads, d, slots, window, mode, rate, top_k, block;
+    float* partial;  // [N * heads, splits, 2 + d] when the keys are split over blocks, else null
+    int num_seqs, heads, d, slots, window, mode, rate, top_k, block, splits;
     float scale;
 };
 
@@ -46,7 +50,11 @@ __device__ const float* key_ptr(const AttnParams& p, const DeviceSeq& s, long lo
 __global__ void attention_kernel(AttnParams p) {
     int row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
     int si = seq_of(p.seqs, p.num_seqs, row);
-    if (si < 0) return;
+    if (si < 0) {  // a row outside every sequence: nothing to attend (the merge then writes zeros)
+        if (p.partial != nullptr && threadIdx.x == 0)
+            p.partial[(static_cast<long long>(blockIdx.x) * p.splits + blockIdx.y) * (2 + p.d)] = -INFINITY;
+        return;
+    }
     const DeviceSeq s = p.seqs[si];
     long long pos = s.start_pos + (row - s.token_begin);
     long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
@@ -57,6 +65,8 @@ __global__ void attention_kernel(AttnParams p) {
     if (p.mode == 2)
         while (num_comp < p.top_k && p.selected[static_cast<long long>(row) * p.top_k + num_comp] >= 0) ++num_comp;
     int total = static_cast<int>(num_window) + num_comp;
+    // With splits, block (row, head, split) takes one contiguous share of the keys.
+    int share = (total + p.splits - 1) / p.splits, first = blockIdx.y * share, last = min(total, first + share);
 
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float* q = p.q + (static_cast<long long>(row) * p.heads + h) * p.d;
@@ -68,11 +78,11 @@ __global__ void attention_kernel(AttnParams p) {
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int i0 = warp * kKeysPerStep; i0 < total; i0 += kWarps * kKeysPerStep) {
+    for (int i0 = first + warp * kKeysPerStep; i0 < last; i0 += kWarps * kKeysPerStep) {
         const float* k[kKeysPerStep];
         float logit[kKeysPerStep];
         for (int u = 0; u < kKeysPerStep; ++u) {
-            k[u] = i0 + u < total ? key_ptr(p, s, pos, i0 + u, num_window) : nullptr;
+            k[u] = i0 + u < last ? key_ptr(p, s, pos, i0 + u, num_window) : nullptr;
             float dot = 0;
             if (k[u] != nullptr)
 #pragma unroll
@@ -108,16 +118,38 @@ __global__ void attention_kernel(AttnParams p) {
     for (int j = 0; j < kMaxPerLane; ++j)
         if (lane + 32 * j < p.d) sacc[warp][lane + 32 * j] = acc[j];
     __syncthreads();
-    float sink = p.sinks[h], M = sink;
+    // Merge the warps; a split block stores (max, sum, weighted values) for attention_merge_kernel,
+    // a whole block adds the sink and normalises.
+    bool split = p.partial != nullptr;
+    float sink = p.sinks[h], M = split ? -INFINITY : sink;
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w]);
-    float L = expf(sink - M);
+    float L = split ? 0.0f : expf(sink - M);
     for (int w = 0; w < kWarps; ++w) L += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - M);
-    float* out = p.out + (static_cast<long long>(row) * p.heads + h) * p.d;
+    long long head_row = static_cast<long long>(row) * p.heads + h;
+    float* out = split ? p.partial + (head_row * p.splits + blockIdx.y) * (2 + p.d) + 2 : p.out + head_row * p.d;
+    if (split && threadIdx.x == 0) out[-2] = M, out[-1] = L;
     for (int c = threadIdx.x; c < p.d; c += blockDim.x) {
         float v = 0;
         for (int w = 0; w < kWarps; ++w)
             if (sm[w] != -INFINITY) v += sacc[w][c] * expf(sm[w] - M);
-        out[c] = v / L;
+        out[c] = split ? v : v / L;
+    }
+}
+
+// out = (Σ_split e^(m_s - M) acc_s) / (e^(sink - M) + Σ_split e^(m_s - M) l_s) per (row, head).
+__global__ void attention_merge_kernel(const float* partial, const float* sinks, int heads, int splits, int d, float* out) {
+    long long head_row = blockIdx.x;
+    const float* part = partial + head_row * splits * (2 + d);
+    float sink = sinks[head_row % heads], M = sink;
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, part[s * (2 + d)]);
+    float L = expf(sink - M);
+    for (int s = 0; s < splits; ++s)
+        if (part[s * (2 + d)] != -INFINITY) L += part[s * (2 + d) + 1] * expf(part[s * (2 + d)] - M);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float v = 0;
+        for (int s = 0; s < splits; ++s)
+            if (part[s * (2 + d)] != -INFINITY) v += part[s * (2 + d) + 2 + c] * expf(part[s * (2 + d)] - M);
+        out[head_row * d + c] = v / L;
     }
 }
 
@@ -150,13 +182,28 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
     if (n == 0) return;
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
+    // Small steps (decode) give too few (token, head) blocks to fill the GPU: split each one's keys
+    // over up to kMaxSplits blocks of at least kMinSplitKeys keys and merge them after.
+    constexpr int kMaxSplits = 8, kMinSplitKeys = 64;
+    long long max_keys = a.window;
+    if (a.compressed == AttentionArgs::Compressed::kSelected) max_keys += a.selected.dim(1);
+    if (a.compressed == AttentionArgs::Compressed::kAllVisible)
+        for (const auto& s : seqs) max_keys = std::max<long long>(max_keys, a.window + (s.start_pos + s.num_tokens) / a.rate);
+    int blocks = n * heads;
+    long long by_keys = std::max(1LL, max_keys / kMinSplitKeys);
+    int splits = static_cast<int>(std::min<long long>(std::min(kMaxSplits, std::max(1, 2 * sm_count_ / blocks)), by_keys));
+    Tensor partial = splits > 1 ? empty(DType::kF32, {blocks, splits, 2 + d}) : Tensor();
     AttnParams p{a.q.data<float>(), a.kv.data<float>(), a.ring.data<float>(), comp ? a.entries->pool.data<float>() : nullptr,
                  a.compressed == AttentionArgs::Compressed::kSelected ? a.selected.data<int>() : nullptr, dseqs, tables,
-                 a.sinks.data<float>(), a.out.data<float>(), static_cast<int>(seqs.size()), heads, d,
-                 static_cast<int>(a.ring.dim(1)), a.window, static_cast<int>(a.compressed), a.rate,
+                 a.sinks.data<float>(), a.out.data<float>(), splits > 1 ? partial.data<float>() : nullptr,
+                 static_cast<int>(seqs.size()), heads, d, static_cast<int>(a.ring.dim(1)), a.window,
+                 static_cast<int>(a.compressed), a.rate,
                  a.compressed == AttentionArgs::Compressed::kSelected ? static_cast<int>(a.selected.dim(1)) : 0,
-                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, a.scale};
-    attention_kernel<<<n * heads, 32 * kWarps, 0, stream()>>>(p);
+                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale};
+    attention_kernel<<<dim3(blocks, splits), 32 * kWarps, 0, stream()>>>(p);
+    if (splits > 1)
+        attention_merge_kernel<<<blocks, 128, 0, stream()>>>(partial.data<float>(), a.sinks.data<float>(), heads, splits, d,
+                                                             a.out.data<float>());
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {

@@ -127,6 +127,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         raise("no CUDA device " + std::to_string(device) + " (found " + std::to_string(count) + ")");
     }
     DI_CUDA_CHECK(cudaSetDevice(device));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DI_CUBLAS_CHECK(cublasCreate(&cublas_));
     DI_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

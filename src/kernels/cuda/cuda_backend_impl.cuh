@@ -126,6 +126,7 @@ private:
                              int inter, float limit, Tensor& out);
 
     int device_;
+    int sm_count_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();

@@ -9,6 +9,7 @@ constexpr int kMaxHc = 8;
 
 // out[e] = Σ_j w[j] * x[j, e] over the hc streams of one token, the block's threads striding e.
 __device__ void weighted_stream_sum(const float* x, const float* w, int hc, int64_t d, float* out) {
+#pragma unroll 4
     for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
         float acc = 0;
         for (int j = 0; j < hc; ++j) acc += w[j] * x[j * d + e];
@@ -173,7 +174,7 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
         rms_flat_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
         gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
     }
-    hc_pre_kernel<<<n, 128, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), splits, p.norm_eps, base.data<float>(),
+    hc_pre_kernel<<<n, 512, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), splits, p.norm_eps, base.data<float>(),
                                            scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
                                            post.data<float>(), comb.data<float>());
 }
