@@ -4,7 +4,8 @@
 //    normalises, ropes and stores the entry; then the step's last tokens go into the carry ring.
 //  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k) (a lane per
 //    head, queries in shared memory); the top k (ties to the lower id, valid picks first) by rank
-//    counting for rows of up to 2,048 entries, else by repeated block-wide argmax.
+//    counting for rows of up to 2,048 entries (unless a long prefill makes that quadratic work
+//    large), else by repeated block-wide argmax.
 #include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -248,7 +249,10 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
         DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     index_scores_kernel<<<n, kThreads, smem, stream()>>>(p);
     if (a.candidates_in.defined() || a.candidates_out.defined()) candidate_stage(seqs, a, scores, max_visible);
-    if (max_visible <= kRankMaxVisible)
+    // Rank counting costs visible² per row: the lowest latency for decode, but long prefills of
+    // long rows do less work with the argmax rounds (k per row).
+    bool by_rank = max_visible <= kRankMaxVisible && static_cast<double>(n) * max_visible * max_visible <= 2e9;
+    if (by_rank)
         index_rank_topk_kernel<<<n, 256, 0, stream()>>>(p);
     else
         index_topk_kernel<<<n, 256, 0, stream()>>>(p);

@@ -122,6 +122,17 @@ private:
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
+    // GEMMs y = w · b per expert (column-major view: n_out x rows, k deep; w bf16 [n_out, k] row-major,
+    // b bf16 [rows, k], c fp32 [rows, n_out]), as one grouped call where cuBLAS has one.
+    struct ExpertGemm {
+        const void* w;
+        const void* b;
+        float* c;
+        int n_out, rows, k;
+    };
+    void expert_gemms(const std::vector<ExpertGemm>& list);
+    void moe_experts_gemm(const Tensor& x, const std::vector<int>& ids, const std::vector<float>& weights, int top_k,
+                          std::span<const ExpertWeights> experts, float limit, Tensor& out);
     void moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, int experts,
                              int inter, float limit, Tensor& out);
 
@@ -133,7 +144,8 @@ private:
     const Tensor& device_copy_of(std::vector<char> bytes);
     std::vector<std::pair<std::vector<char>, Tensor>> meta_;  // recent metadata uploads, oldest first
     OpProfiler profiler_;
-    int gemm_parts_ = 2;  // bf16 parts per fp32 activation in GEMMs
+    int gemm_parts_ = 2;
+    bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32  // bf16 parts per fp32 activation in GEMMs
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;
     struct ExpertRowTable {

@@ -1,8 +1,9 @@
 // MoE on the GPU: routing in one warp per token. A step of a few (token, slot) pairs runs the
 // routed experts straight from the device-side ids: one warp per weight row, reading each selected
 // expert's bf16 rows once per pair. Larger steps group the pairs by expert on the device
-// (moe_grouped.cu). Neither returns to the host. Shapes those kernels do not take group tokens
-// per expert on the host (the routing ids are copied back) and run three GEMMs per expert.
+// (moe_grouped.cu). Neither returns to the host. Longer steps copy the routing to the host and run
+// grouped tensor-core GEMMs over all experts (moe_gemm.cu); experts that are not bf16 loop over
+// three GEMMs per expert.
 #include <cuda_bf16.h>
 
 #include <cstring>
@@ -155,8 +156,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     if (n == 0) return;
     // Up to kMaxPerPairs (token, slot) pairs each pair reads its expert's rows (fewest launches;
     // few experts are shared); up to kMaxGroupedPairs pairs are grouped by expert on the device.
-    // Longer steps (prefill), rows that are not whole 16-byte loads and weights that are not bf16
-    // take per-expert tensor-core GEMMs, with the routing copied to the host.
+    // Longer steps (prefill) and rows that are not whole 16-byte loads copy the routing to the host
+    // and run grouped tensor-core GEMMs (moe_gemm.cu); weights that are not bf16 loop over experts.
     // Measured on an H200 (docs/benchmarks.md): 48 pairs 1.6 ms per-pair vs 5.7 ms grouped per
     // step; 384 pairs 12.8 ms grouped vs 36 ms per-expert GEMMs; 6,144 pairs GEMMs win.
     constexpr int64_t kMaxPerPairs = 64, kMaxGroupedPairs = 1024;
@@ -184,11 +185,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()));
     DI_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    for (int id : h_ids)
+        DI_CUDA_REQUIRE(id >= 0 && id < static_cast<int>(experts.size()), "moe: expert id " + std::to_string(id) + " out of range");
+    bool bf16 = true;
+    for (const auto& e : experts)
+        bf16 &= e.w1.dtype() == DType::kBF16 && e.w3.dtype() == DType::kBF16 && e.w2.dtype() == DType::kBF16;
+    if (bf16) {
+        moe_experts_gemm(x, h_ids, h_w, static_cast<int>(top_k), experts, limit, out);
+        return;
+    }
     std::vector<std::vector<int>> rows(experts.size());
     std::vector<std::vector<float>> wts(experts.size());
     for (int64_t i = 0; i < n * top_k; ++i) {
-        DI_CUDA_REQUIRE(h_ids[i] >= 0 && h_ids[i] < static_cast<int>(experts.size()),
-                        "moe: expert id " + std::to_string(h_ids[i]) + " out of range");
         int token = static_cast<int>(i / top_k), e = h_ids[i];
         if (!rows[e].empty() && rows[e].back() == token) {  // the same expert twice (hash routing): one row,
             wts[e].back() += h_w[i];                          // so that a scatter never adds to a row twice
