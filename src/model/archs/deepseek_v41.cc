@@ -36,6 +36,13 @@ struct DeepseekV41Model::StepState {
     std::vector<int32_t> origin;       // current row -> row of the step (replay drops rows)
 };
 
+// A source layer's projections of the collapsed input x (and the indexer's queries from q_a),
+// computed with the attention's own projections of the same inputs in one matmul_many each.
+struct DeepseekV41Model::SourceInputs {
+    Tensor comp_kv, comp_gate;       // KV source (the gate at ratio > 1); not on encoder replay
+    Tensor index_q, index_weights;   // index source
+};
+
 DeepseekV41Config load_deepseek_v41_config(const std::string& dir) { return parse_deepseek_v41_config(read_config_json(dir)); }
 
 DeepseekV41Model::DeepseekV41Model(const std::string& dir, Backend& backend)
@@ -300,15 +307,16 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
     int ratio = cfg_.compress_ratios[l];
     const kernels::Rope& rope = ratio > 0 ? rope_compress_ : rope_main_;
 
-    Tensor qr = backend_.empty(DType::kF32, {n, c.q_lora_rank});
-    backend_.matmul(st.x, lw.wq_a, qr);
-    backend_.rms_norm(qr, &lw.q_norm, eps, qr);
+    Tensor qr = backend_.empty(DType::kF32, {n, c.q_lora_rank}), kv = backend_.empty(DType::kF32, {n, d});
     Tensor q = backend_.empty(DType::kF32, {n, H, d});
-    backend_.matmul(qr, lw.wq_b, q);  // no per-head q norm in V4.1
+    std::vector<kernels::MatmulTarget> from_x = {{&lw.wq_a, &qr}, {&lw.wkv, &kv}}, from_qr = {{&lw.wq_b, &q}};
+    SourceInputs src;
+    if (ratio > 0) source_targets(l, st, src, from_x, from_qr);
+    backend_.matmul_many(st.x, from_x);
+    backend_.rms_norm(qr, &lw.q_norm, eps, qr);
+    backend_.matmul_many(qr, from_qr);  // no per-head q norm in V4.1
     Tensor q_heads = q.reshape({n * H, d});
     backend_.rope(q_heads, st.in.positions, static_cast<int>(H), rope, false);
-    Tensor kv = backend_.empty(DType::kF32, {n, d});
-    backend_.matmul(st.x, lw.wkv, kv);
     backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
     backend_.rope(kv, st.in.positions, 1, rope, false);
     backend_.fake_quantize(kv, QuantFormat::kFp8Ue8m0x32);
@@ -323,8 +331,8 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
     args.scale = 1.0f / std::sqrt(static_cast<float>(d));
     args.out = backend_.empty(DType::kF32, {n, H, d});
     if (ratio > 0) {
-        if (cfg_.is_kv_source(l)) publish_source(l, st, cache);
-        if (cfg_.is_index_source(l)) select_entries(l, st, qr);
+        if (cfg_.is_kv_source(l)) publish_source(l, st, cache, src);
+        if (cfg_.is_index_source(l)) select_entries(l, st, src);
         args.entries = &st.entries;
         args.compressed = AttentionArgs::Compressed::kSelected;
         args.selected = st.selected;
@@ -341,9 +349,30 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
     backend_.hc_post(st.streams, y, st.post, st.comb);
 }
 
+void DeepseekV41Model::source_targets(int l, const StepState& st, SourceInputs& in,
+                                      std::vector<kernels::MatmulTarget>& from_x, std::vector<kernels::MatmulTarget>& from_qr) {
+    const DeepseekV4Config& c = cfg_.base;
+    const V41SourceWeights& sw = w_.sources[l];
+    int64_t n = st.n, d = c.head_dim, hi = c.index_n_heads, di = c.index_head_dim;
+    if (cfg_.is_kv_source(l) && !st.rebuild_windows) {
+        in.comp_kv = backend_.empty(DType::kF32, {n, d});
+        from_x.push_back({&sw.comp_wkv, &in.comp_kv});
+        if (cfg_.compress_ratios[l] > 1) {
+            in.comp_gate = backend_.empty(DType::kF32, {n, d});
+            from_x.push_back({&sw.comp_wgate, &in.comp_gate});
+        }
+    }
+    if (cfg_.is_index_source(l)) {
+        in.index_weights = backend_.empty(DType::kF32, {n, hi});
+        in.index_q = backend_.empty(DType::kF32, {n, hi, di});
+        from_x.push_back({&sw.index_weights_proj, &in.index_weights});
+        from_qr.push_back({&sw.index_wq_b, &in.index_q});
+    }
+}
+
 // A KV source compresses the new tokens into entries (pairs pooled at ratio 2, one per token at
 // ratio 1) and index keys, and appends both to its pools for this and later layers.
-void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) {
+void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache, const SourceInputs& in) {
     const DeepseekV4Config& c = cfg_.base;
     const V41SourceWeights& sw = w_.sources[l];
     HybridCache::LayerState& ls = cache.layer(l);
@@ -366,15 +395,12 @@ void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) 
             entry_pos.push_back(e * ratio);
         }
     }
-    Tensor kv = backend_.empty(DType::kF32, {st.n, d});
-    backend_.matmul(st.x, sw.comp_wkv, kv);
-    Tensor latent = kv;
+    Tensor latent = in.comp_kv;
     int64_t g = static_cast<int64_t>(slots.size());
     if (ratio > 1) {
         kernels::PoolArgs pa;
-        pa.kv = kv;
-        pa.gate = backend_.empty(DType::kF32, {st.n, d});
-        backend_.matmul(st.x, sw.comp_wgate, pa.gate);
+        pa.kv = in.comp_kv;
+        pa.gate = in.comp_gate;
         pa.rate = ratio;
         pa.carry = ls.carry;
         pa.out = latent = backend_.empty(DType::kF32, {g, d});
@@ -396,18 +422,15 @@ void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache) 
 
 // An index source picks each token's top entries of the latest KV source; the candidate source
 // also publishes its top blocks, to which every later index source is restricted.
-void DeepseekV41Model::select_entries(int l, StepState& st, const Tensor& qr) {
+void DeepseekV41Model::select_entries(int l, StepState& st, SourceInputs& in) {
     const DeepseekV4Config& c = cfg_.base;
-    const V41SourceWeights& sw = w_.sources[l];
     int64_t n = st.n, hi = c.index_n_heads, di = c.index_head_dim;
     kernels::IndexerArgs xa;
-    xa.q = backend_.empty(DType::kF32, {n, hi, di});
-    backend_.matmul(qr, sw.index_wq_b, xa.q);
+    xa.q = in.index_q;
     Tensor q_rows = xa.q.reshape({n * hi, di});
     backend_.rope(q_rows, st.in.positions, static_cast<int>(hi), rope_compress_, false);
     backend_.fake_quantize(xa.q, QuantFormat::kFp4Ue8m0x32);
-    xa.weights = backend_.empty(DType::kF32, {n, hi});
-    backend_.matmul(st.x, sw.index_weights_proj, xa.weights);
+    xa.weights = in.index_weights;
     xa.scale = 1.0f / std::sqrt(static_cast<float>(hi) * static_cast<float>(di));
     xa.keys = &st.index_keys;
     xa.rate = cfg_.compress_ratios[l];

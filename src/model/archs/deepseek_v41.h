@@ -50,8 +50,11 @@ private:
     void load_engram(const Checkpoint& ckpt, const WeightLoader& loader);
     void enter_site(const MhcWeights& site, const Tensor& norm, StepState& st);
     void attention_block(int l, StepState& st, HybridCache& cache);
-    void publish_source(int l, StepState& st, HybridCache& cache);
-    void select_entries(int l, StepState& st, const Tensor& qr);
+    struct SourceInputs;
+    void source_targets(int l, const StepState& st, SourceInputs& in, std::vector<kernels::MatmulTarget>& from_x,
+                        std::vector<kernels::MatmulTarget>& from_qr);
+    void publish_source(int l, StepState& st, HybridCache& cache, const SourceInputs& in);
+    void select_entries(int l, StepState& st, SourceInputs& in);
     void ffn_block(int l, StepState& st);
     Tensor final_logits(StepState& st);
 
