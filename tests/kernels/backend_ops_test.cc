@@ -135,7 +135,9 @@ TEST_P(BackendOps, DenseOps) {
     ref->embed(ids, table, 2, eb);
     EXPECT_TRUE(all_close(ea, eb, 0.0));
     ids.data<int32_t>()[2] = 12;  // the device path relies on the model's host-side id check
-    if (on_host()) EXPECT_THROW(cpu->embed(ids, table, 2, ea), deepinfer::Error);
+    if (on_host()) {
+        EXPECT_THROW(cpu->embed(ids, table, 2, ea), deepinfer::Error);
+    }
 }
 
 // Decode-sized steps (the GPU's split-k path, several splits with a tail), a wide step (one GEMM).
