@@ -125,13 +125,13 @@ struct IndexerArgs {
     Tensor candidates_in, candidates_out;
 };
 
-// Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
 // One product of Backend::matmul_many: y = x · wᵀ.
 struct MatmulTarget {
     const Tensor* w;
     Tensor* y;
 };
 
+// Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
 struct ExpertWeights {
     Tensor w1, w3, w2;
 };

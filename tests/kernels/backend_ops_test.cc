@@ -140,14 +140,22 @@ TEST_P(BackendOps, DenseOps) {
     }
 }
 
+// Random streams of n tokens and the mixing parameters of one mHC site.
+struct MhcInputs {
+    Tensor streams, fn, base, scale;
+};
+
+MhcInputs random_mhc_inputs(std::mt19937& rng, int64_t n, int hc, int64_t d) {
+    int64_t mix = (2 + hc) * hc;
+    return {random_f32({n, hc, d}, rng), random_f32({mix, hc * d}, rng, 0.1f), random_f32({mix}, rng), random_f32({3}, rng)};
+}
+
 // Decode-sized steps (the GPU's split-k path, several splits with a tail), a wide step (one GEMM).
 TEST_P(BackendOps, Mhc) {
     int hc = 4;
     for (auto [n, d] : {std::pair<int64_t, int64_t>{5, 24}, {3, 600}, {70, 40}}) {
         SCOPED_TRACE("n " + std::to_string(n) + " d " + std::to_string(d));
-        int64_t mix = (2 + hc) * hc;
-        Tensor streams = random_f32({n, hc, d}, rng), fn = random_f32({mix, hc * d}, rng, 0.1f);
-        Tensor base = random_f32({mix}, rng), scale = random_f32({3}, rng);
+        auto [streams, fn, base, scale] = random_mhc_inputs(rng, n, hc, d);
         MhcParams p{hc, 20, 1e-6f, 1e-6f};
         Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
         Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
@@ -370,9 +378,8 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
 
 TEST_P(BackendOps, DelayedMhc) {
     int hc = 4;
-    int64_t n = 6, d = 20, mix = (2 + hc) * hc;
-    Tensor streams = random_f32({n, hc, d}, rng), fn = random_f32({mix, hc * d}, rng, 0.1f);
-    Tensor base = random_f32({mix}, rng), scale = random_f32({3}, rng);
+    int64_t n = 6, d = 20;
+    auto [streams, fn, base, scale] = random_mhc_inputs(rng, n, hc, d);
     MhcParams p{hc, 7, 1e-6f, 1e-20f};
     Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa), qa = copy_of(pa), qb = copy_of(pa);
     Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);

@@ -29,13 +29,14 @@ private:
     std::map<size_t, std::vector<void*>> free_;
 };
 
-// Per-sequence metadata as the kernels read it.
+// One routed expert's bf16 matrices, as the device-side MoE kernels index them.
 struct ExpertRows {
     const __nv_bfloat16* w1;
     const __nv_bfloat16* w3;
     const __nv_bfloat16* w2;
 };
 
+// Per-sequence metadata as the kernels read it.
 struct DeviceSeq {
     int token_begin, num_tokens;
     long long start_pos;
@@ -121,6 +122,7 @@ private:
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
+    const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
     // GEMMs y = w · b per expert (column-major view: n_out x rows, k deep; w bf16 [n_out, k] row-major,
     // b bf16 [rows, k], c fp32 [rows, n_out]), as one grouped call where cuBLAS has one.
@@ -131,8 +133,14 @@ private:
         int n_out, rows, k;
     };
     void expert_gemms(const std::vector<ExpertGemm>& list);
-    void moe_experts_gemm(const Tensor& x, const std::vector<int>& ids, const std::vector<float>& weights, int top_k,
-                          std::span<const ExpertWeights> experts, float limit, Tensor& out);
+    // (token, slot) pairs grouped by expert on the host: each expert's tokens ascending, a token
+    // routed twice to one expert (hash routing) once, with the weights added.
+    struct ExpertTokens {
+        std::vector<std::vector<int>> tokens;
+        std::vector<std::vector<float>> weights;
+    };
+    void moe_experts_gemm(const Tensor& x, const ExpertTokens& by_expert, int top_k, std::span<const ExpertWeights> experts,
+                          float limit, Tensor& out);
     void moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, int experts,
                              int inter, float limit, Tensor& out);
 
@@ -141,11 +149,10 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
-    const Tensor& device_copy_of(std::vector<char> bytes);
     std::vector<std::pair<std::vector<char>, Tensor>> meta_;  // recent metadata uploads, oldest first
     OpProfiler profiler_;
-    int gemm_parts_ = 2;
-    bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32  // bf16 parts per fp32 activation in GEMMs
+    int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
+    bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;
     struct ExpertRowTable {

@@ -183,8 +183,9 @@ void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, 
     DI_PROFILE_OP("hc_post");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
-    hc_post_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(streams.data<float>(), y.data<float>(), post.data<float>(), comb.data<float>(),
-                                            static_cast<int>(hc), d);
+    hc_post_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(streams.data<float>(), y.data<float>(),
+                                                                       post.data<float>(), comb.data<float>(),
+                                                                       static_cast<int>(hc), d);
 }
 
 void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,

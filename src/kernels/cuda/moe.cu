@@ -63,6 +63,12 @@ __global__ void route_kernel(const float* logits, const float* bias, const void*
     for (int j = 0; j < top_k; ++j) weights[i * top_k + j] = route_score(l[id[j]]) / (sum + 1e-20f) * scaling;
 }
 
+bool all_bf16(std::span<const ExpertWeights> experts) {
+    for (const auto& e : experts)
+        if (e.w1.dtype() != DType::kBF16 || e.w3.dtype() != DType::kBF16 || e.w2.dtype() != DType::kBF16) return false;
+    return true;
+}
+
 // h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot).
 // Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
 __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, int top_k, int d, int inter,
@@ -133,9 +139,9 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tens
 
 // The experts' row pointers on the device, uploaded again only when the weights change.
 const ExpertRows* CudaBackend::expert_rows(std::span<const ExpertWeights> experts) {
+    if (!all_bf16(experts)) return nullptr;
     std::vector<ExpertRows> rows;
     for (const auto& e : experts) {
-        if (e.w1.dtype() != DType::kBF16 || e.w3.dtype() != DType::kBF16 || e.w2.dtype() != DType::kBF16) return nullptr;
         rows.push_back({e.w1.data<__nv_bfloat16>(), e.w3.data<__nv_bfloat16>(), e.w2.data<__nv_bfloat16>()});
     }
     auto& cached = expert_rows_[experts.data()];
@@ -187,15 +193,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
     for (int id : h_ids)
         DI_CUDA_REQUIRE(id >= 0 && id < static_cast<int>(experts.size()), "moe: expert id " + std::to_string(id) + " out of range");
-    bool bf16 = true;
-    for (const auto& e : experts)
-        bf16 &= e.w1.dtype() == DType::kBF16 && e.w3.dtype() == DType::kBF16 && e.w2.dtype() == DType::kBF16;
-    if (bf16) {
-        moe_experts_gemm(x, h_ids, h_w, static_cast<int>(top_k), experts, limit, out);
-        return;
-    }
-    std::vector<std::vector<int>> rows(experts.size());
-    std::vector<std::vector<float>> wts(experts.size());
+    ExpertTokens by_expert{std::vector<std::vector<int>>(experts.size()), std::vector<std::vector<float>>(experts.size())};
+    auto& rows = by_expert.tokens;
+    auto& wts = by_expert.weights;
     for (int64_t i = 0; i < n * top_k; ++i) {
         int token = static_cast<int>(i / top_k), e = h_ids[i];
         if (!rows[e].empty() && rows[e].back() == token) {  // the same expert twice (hash routing): one row,
@@ -204,6 +204,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         }
         rows[e].push_back(token);
         wts[e].push_back(h_w[i]);
+    }
+    if (all_bf16(experts)) {
+        moe_experts_gemm(x, by_expert, static_cast<int>(top_k), experts, limit, out);
+        return;
     }
     for (size_t e = 0; e < experts.size(); ++e) {
         int64_t m = static_cast<int64_t>(rows[e].size()), inter = experts[e].w1.dim(0);

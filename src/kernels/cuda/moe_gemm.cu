@@ -100,23 +100,13 @@ void CudaBackend::expert_gemms(const std::vector<ExpertGemm>& list) {
                                      CUDA_R_16BF, e.k, &zero, e.c, CUDA_R_32F, e.n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void CudaBackend::moe_experts_gemm(const Tensor& x, const std::vector<int>& ids, const std::vector<float>& weights, int top_k,
+void CudaBackend::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_expert, int top_k,
                                    std::span<const ExpertWeights> experts, float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), inter = experts[0].w1.dim(0);
     int parts = gemm_parts_;
-    // Rows grouped by expert (ascending), tokens ascending within; a token routed twice to one
-    // expert (hash routing) gets one row with the weights added.
-    std::vector<std::vector<int>> tokens(experts.size());
-    std::vector<std::vector<float>> wts(experts.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-        int token = static_cast<int>(i / top_k), e = ids[i];
-        if (!tokens[e].empty() && tokens[e].back() == token) {
-            wts[e].back() += weights[i];
-            continue;
-        }
-        tokens[e].push_back(token);
-        wts[e].push_back(weights[i]);
-    }
+    const auto& tokens = by_expert.tokens;
+    const auto& wts = by_expert.weights;
+    // Rows grouped by expert (ascending), tokens ascending within.
     std::vector<RowInfo> rows;
     std::vector<int> token_rows(n * top_k, -1), filled(n, 0), offset(experts.size());
     for (size_t e = 0; e < experts.size(); ++e) {
