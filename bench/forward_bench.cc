@@ -193,9 +193,15 @@ int main(int argc, char** argv) {
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
     app.add_option("--context", context, "tokens prefilled before decode");
+    std::string graphs = "on";
+    app.add_option("--graphs", graphs, "decode steps as device graphs: on, off or both (timed one after the other)")
+        ->check(CLI::IsMember({"on", "off", "both"}));
     app.add_flag("--profile", profile, "after each batch's timed steps, one more step timed per op (device backends)");
     CLI11_PARSE(app, argc, argv);
 
+    std::vector<bool> graph_modes;
+    if (graphs != "off") graph_modes.push_back(true);
+    if (graphs != "on") graph_modes.push_back(false);
     auto backend = kernels::make_backend(device, threads);
     model::Checkpoint ckpt(dir);
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
@@ -211,7 +217,7 @@ int main(int argc, char** argv) {
                 dir.c_str(), backend->name(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
                 cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9, gemm_rate / 1e9);
 
-    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);
+    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + 2 * decode_steps + 8);
     int max_batch = *std::max_element(batches.begin(), batches.end());
     for (int p : prompts) {
         double best = 1e30;
@@ -237,28 +243,31 @@ int main(int argc, char** argv) {
             prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
         }
         step(s, prompt);
-        std::vector<double> times;
-        for (int i = 0; i < decode_steps; ++i) {
-            std::vector<std::vector<int32_t>> next;
-            for (int j = 0; j < b; ++j) next.push_back(random_tokens(rng, 1, cfg.vocab_size));
-            auto t0 = Clock::now();
-            step(s, next);
-            times.push_back(seconds_since(t0));
+        for (bool graphs : graph_modes) {
+            backend->set_graphs(graphs);
+            std::vector<double> times;
+            for (int i = 0; i < decode_steps; ++i) {
+                std::vector<std::vector<int32_t>> next;
+                for (int j = 0; j < b; ++j) next.push_back(random_tokens(rng, 1, cfg.vocab_size));
+                auto t0 = Clock::now();
+                step(s, next);
+                times.push_back(seconds_since(t0));
+            }
+            std::sort(times.begin(), times.end());
+            double t = times[times.size() / 2];
+            double k = cfg.num_experts_per_tok, e = cfg.n_routed_experts;
+            double experts_touched = e * (1.0 - std::pow(1.0 - k / e, b));  // expected distinct experts, uniform routing
+            double kv = b * cfg.num_hidden_layers * (cfg.sliding_window + (context + 0.0) / 4) * cfg.head_dim * 4.0;
+            double bytes = wb.dense + wb.head + b * wb.embed_row + cfg.num_hidden_layers * experts_touched * wb.per_expert + kv;
+            double attention = 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim *
+                               (cfg.sliding_window + context / 4.0);  // q·k and p·v per token
+            double flops = b * (2.0 * (wb.dense_params + k * wb.expert_params + wb.head_params) + attention);
+            double floor = std::max(bytes / bw, flops / gemm_rate);
+            std::printf("| decode | batch %d%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; %.1f GFLOP: "
+                        "%.2f ms) | %.2fx floor |\n",
+                        b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", b / t, t * 1e3, floor * 1e3, bytes / 1e9, bytes / bw * 1e3, flops / 1e9, flops / gemm_rate * 1e3,
+                        t / floor);
         }
-        std::sort(times.begin(), times.end());
-        double t = times[times.size() / 2];
-        double k = cfg.num_experts_per_tok, e = cfg.n_routed_experts;
-        double experts_touched = e * (1.0 - std::pow(1.0 - k / e, b));  // expected distinct experts, uniform routing
-        double kv = b * cfg.num_hidden_layers * (cfg.sliding_window + (context + 0.0) / 4) * cfg.head_dim * 4.0;
-        double bytes = wb.dense + wb.head + b * wb.embed_row + cfg.num_hidden_layers * experts_touched * wb.per_expert + kv;
-        double attention = 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim *
-                           (cfg.sliding_window + context / 4.0);  // q·k and p·v per token
-        double flops = b * (2.0 * (wb.dense_params + k * wb.expert_params + wb.head_params) + attention);
-        double floor = std::max(bytes / bw, flops / gemm_rate);
-        std::printf("| decode | batch %d | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; %.1f GFLOP: "
-                    "%.2f ms) | %.2fx floor |\n",
-                    b, b / t, t * 1e3, floor * 1e3, bytes / 1e9, bytes / bw * 1e3, flops / 1e9, flops / gemm_rate * 1e3,
-                    t / floor);
         if (profile) print_step_profile(s, b, cfg.vocab_size, rng);
     }
     return 0;

@@ -27,7 +27,7 @@ DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEng
 if [ "${1:-}" = profile ]; then
     step make gpu-5b; run 150 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
     step forward bench cuda with profile
-    run 200 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024 --batch 1,8,64 --decode-steps 8 --profile
+    run 240 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024 --batch 1,8,64 --decode-steps 16 --graphs both --profile
     exit 0
 fi
 prompt=$'def fibonacci(n):\n'

@@ -153,6 +153,14 @@ public:
     // host time spent issuing) of what ran since profiling was turned on, then starts over.
     virtual void set_profiling(bool) {}
     virtual std::string profile_report() { return {}; }
+    // Ops between begin_graph_step() and end_graph_step() may be recorded into device graphs and
+    // launched in segments (CUDA graphs: far fewer launches for the small kernels of a decode
+    // step). end_graph_step(false) drops recorded work that has not run (an op failed half-way).
+    // set_graphs(false) turns recording off (benchmarks compare both). Results are the same.
+    // `shape` names the step's shape (its token counts): recordings are reused only within one.
+    virtual void begin_graph_step(uint64_t /*shape*/) {}
+    virtual void end_graph_step(bool /*launch*/ = true) {}
+    virtual void set_graphs(bool) {}
 
     // --- memory -------------------------------------------------------------------------------
     virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;
@@ -177,6 +185,12 @@ public:
     virtual void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) = 0;
     // In place on x [R, C]: rows r*group .. r*group+group-1 use position positions[r].
     virtual void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) = 0;
+    // In place: rms_norm(x, weight, eps), then forward rope (one pass on a device backend).
+    virtual void rms_norm_rope(Tensor& x, const Tensor* weight, float eps, const Tensor& positions, int group,
+                               const Rope& r) {
+        rms_norm(x, weight, eps, x);
+        rope(x, positions, group, r, false);
+    }
     // out[i, :] = x[rows[i], :].
     virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
     // y += x (same shape).
@@ -189,6 +203,13 @@ public:
     // collapsed [N, D], post [N, hc], comb [N, hc, hc] (Sinkhorn-normalised).
     virtual void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                         const MhcParams& p, Tensor& collapsed, Tensor& post, Tensor& comb) = 0;
+    // hc_pre, then rms_norm(collapsed, norm_weight, eps) (one pass on a device backend).
+    virtual void hc_pre_norm(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                             const MhcParams& p, const Tensor& norm_weight, float eps, Tensor& collapsed, Tensor& post,
+                             Tensor& comb) {
+        hc_pre(streams, fn, base, scale, p, collapsed, post, comb);
+        rms_norm(collapsed, &norm_weight, eps, collapsed);
+    }
     // streams[k] = post[k] * y + Σ_j comb[j, k] * streams[j], in place.
     virtual void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) = 0;
     // hc_pre's coefficients without the collapse: pre [N, hc], post, comb (delayed mHC of V4.1,

@@ -121,6 +121,14 @@ TEST_P(BackendOps, DenseOps) {
         EXPECT_TRUE(all_close(ra, rb, tol));
     }
 
+    for (const Tensor* weight : {static_cast<const Tensor*>(&nw), static_cast<const Tensor*>(nullptr)}) {
+        Tensor xa = random_f32({24, 40}, rng, 2.0f), xb = copy_of(xa);  // 6 positions x 4 heads
+        cpu->rms_norm_rope(xa, weight, 1e-6f, pos, 4, rope);
+        ref->rms_norm(xb, weight, 1e-6f, xb);
+        ref->rope(xb, pos, 4, rope, false);
+        EXPECT_TRUE(all_close(xa, xb, tol)) << "rms_norm_rope" << (weight ? " with weight" : "");
+    }
+
     Tensor g = random_f32({5, 9}, rng, 3.0f), u = random_f32({5, 9}, rng, 3.0f);
     Tensor sa = Tensor::empty(DType::kF32, {5, 9}), sb = Tensor::empty(DType::kF32, {5, 9});
     cpu->swiglu(g, u, 2.0f, sa);
@@ -165,6 +173,11 @@ TEST_P(BackendOps, Mhc) {
         EXPECT_TRUE(all_close(ca, cb, tol));
         EXPECT_TRUE(all_close(pa, pb, tol));
         EXPECT_TRUE(all_close(ma, mb, tol));
+        Tensor nw = random_f32({d}, rng), na = copy_of(ca), pn = copy_of(pa), mn = copy_of(ma);
+        cpu->hc_pre_norm(streams, fn, base, scale, p, nw, 1e-6f, na, pn, mn);
+        ref->rms_norm(cb, &nw, 1e-6f, cb);
+        EXPECT_TRUE(all_close(na, cb, tol)) << "hc_pre_norm";
+        EXPECT_TRUE(all_close(pn, pb, tol) && all_close(mn, mb, tol)) << "hc_pre_norm coefficients";
         for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
             for (int k = 0; k < hc; ++k) {
                 float col = 0;

@@ -55,6 +55,12 @@ public:
         dev_->rope(o, up(positions), group, up(rope), inverse);
         down(o, x);
     }
+    void rms_norm_rope(Tensor& x, const Tensor* weight, float eps, const Tensor& positions, int group,
+                       const Rope& rope) override {
+        Tensor o = up(x), w = weight ? up(*weight) : Tensor();
+        dev_->rms_norm_rope(o, weight ? &w : nullptr, eps, up(positions), group, up(rope));
+        down(o, x);
+    }
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
         Tensor o = up(out);
         dev_->gather_rows(up(x), up(rows), o);
@@ -75,6 +81,14 @@ public:
                 Tensor& collapsed, Tensor& post, Tensor& comb) override {
         Tensor c = up(collapsed), po = up(post), cb = up(comb);
         dev_->hc_pre(up(streams), up(fn), up(base), up(scale), p, c, po, cb);
+        down(c, collapsed);
+        down(po, post);
+        down(cb, comb);
+    }
+    void hc_pre_norm(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                     const Tensor& norm_weight, float eps, Tensor& collapsed, Tensor& post, Tensor& comb) override {
+        Tensor c = up(collapsed), po = up(post), cb = up(comb);
+        dev_->hc_pre_norm(up(streams), up(fn), up(base), up(scale), p, up(norm_weight), eps, c, po, cb);
         down(c, collapsed);
         down(po, post);
         down(cb, comb);

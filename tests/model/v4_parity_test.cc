@@ -39,6 +39,28 @@ TEST_P(V4Parity, CudaBackendMatchesHf) {
     expect_all_schedules(*backend, load_fixture(GetParam()), GetParam() + " cuda");
 }
 
+// Steps of few tokens run as CUDA graph segments (recorded, then replayed with new arguments):
+// the same kernels on the same inputs, so the logits equal eager launches bit for bit.
+TEST_P(V4Parity, CudaGraphStepsEqualEagerLaunches) {
+    std::string why;
+    auto backend = test::cuda_backend(why);
+    if (!backend) GTEST_SKIP() << why;
+    Fixture f = load_fixture(GetParam());
+    model::DeepseekV4Model m(f.dir, *backend);
+    for (int64_t chunk : {0, 64, 7, 16}) {  // 16 after 64: a recording of another shape must not be reused
+        runtime::LogitsSchedule schedule{chunk, chunk == 0 ? 0 : -1};
+        backend->set_graphs(false);
+        Tensor eager = runtime::sequence_logits(m, f.ids, schedule);
+        expect_parity(eager, f.reference, GetParam() + " cuda eager chunk " + std::to_string(chunk));
+        backend->set_graphs(true);
+        Tensor graphed = runtime::sequence_logits(m, f.ids, schedule);
+        ASSERT_EQ(graphed.numel(), eager.numel());
+        int64_t differ = 0;
+        for (int64_t i = 0; i < eager.numel(); ++i) differ += graphed.data<float>()[i] != eager.data<float>()[i];
+        EXPECT_EQ(differ, 0) << GetParam() << " chunk " << chunk;
+    }
+}
+
 TEST_P(V4Parity, ReferenceBackendMatchesHf) {
     Fixture f = load_fixture(GetParam());
     auto backend = kernels::make_reference_backend();

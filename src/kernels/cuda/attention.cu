@@ -174,7 +174,7 @@ int total_tokens(std::span<const SeqSlice> seqs) {
 }  // namespace
 
 void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
-    DI_PROFILE_OP("attention");
+    DI_CUDA_OP("attention");
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda attention: head_dim " + std::to_string(d) + " is above 512");
     DI_CUDA_REQUIRE(a.ring.dim(1) >= a.window - 1, "attention: ring shorter than the window");
@@ -207,7 +207,7 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
-    DI_PROFILE_OP("ring_write");
+    DI_CUDA_OP("ring_write");
     int n = total_tokens(seqs);
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, nullptr);

@@ -205,7 +205,7 @@ __global__ void index_rank_topk_kernel(IndexParams p) {
 }  // namespace
 
 void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
-    DI_PROFILE_OP("compressor_update");
+    DI_CUDA_OP("compressor_update");
     DI_CUDA_REQUIRE(a.dim <= kMaxDim, "cuda compressor: dim " + std::to_string(a.dim) + " is above 1024");
     std::vector<int> windows;
     for (size_t i = 0; i < seqs.size(); ++i)
@@ -230,7 +230,7 @@ void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const Compre
 }
 
 void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& a) {
-    DI_PROFILE_OP("indexer_topk");
+    DI_CUDA_OP("indexer_topk");
     int n = 0;
     long long max_visible = 1;
     for (const auto& s : seqs) {

@@ -69,6 +69,20 @@ __global__ void rope_kernel(float* x, int64_t cols, const long long* pos, int gr
                blockDim.x);
 }
 
+// rms_norm_kernel then rope_kernel on one row, in one launch (q heads and the kv row of decode).
+__global__ void rms_norm_rope_kernel(float* x, const float* w, float eps, int64_t cols, const long long* pos, int group,
+                                     const float* inv_freq, int rope_dim, float scale) {
+    float* row = x + blockIdx.x * cols;
+    float ss = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += row[c] * row[c];
+    ss = block_sum(ss);
+    float inv = rsqrtf(ss / cols + eps);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] = w ? w[c] * (row[c] * inv) : row[c] * inv;
+    __syncthreads();  // rope pairs are read by other threads than the ones that wrote them
+    rope_pairs(row, static_cast<int>(cols), pos[blockIdx.x / group], inv_freq, rope_dim, scale, false, threadIdx.x,
+               blockDim.x);
+}
+
 __global__ void gather_rows_kernel(const float* x, const int* rows, int64_t cols, float* out) {
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = x[rows[blockIdx.x] * cols + c];
 }
@@ -131,14 +145,26 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DI_CUBLAS_CHECK(cublasCreate(&cublas_));
     DI_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    constexpr size_t kCublasWorkspace = 32u << 20;
+    DI_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+    DI_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+    graphs_ = std::make_unique<GraphRecorder>(stream_);
 }
 
 CudaBackend::~CudaBackend() {
+    graphs_.reset();
     cudaStreamSynchronize(stream_);
     if (staging_ != nullptr) cudaFreeHost(staging_);
     meta_.clear();
     cublasDestroy(cublas_);
+    cudaFree(cublas_workspace_);
     cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::profile_report() {
+    GraphRecorder::Counts c = graphs_->counts();
+    return profiler_.report(stream_) + "graph segments so far: " + std::to_string(c.segments) + " launched, " +
+           std::to_string(c.updated) + " updated in place, " + std::to_string(c.instantiated) + " instantiated\n";
 }
 
 Tensor CudaBackend::empty(DType dtype, std::vector<int64_t> shape) {
@@ -161,12 +187,14 @@ Tensor CudaBackend::zeros(DType dtype, std::vector<int64_t> shape) {
 void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
     constexpr size_t kStagingBytes = 8u << 20;
     if (bytes > kStagingBytes / 4) {  // weights at load time: straight from pageable memory
+        graphs_->flush();              // (not a copy a graph may hold)
         DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
         return;
     }
     if (staging_ == nullptr) DI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_), kStagingBytes, cudaHostAllocDefault));
     size_t span = (bytes + 255) & ~size_t{255};
     if (staging_used_ + span > kStagingBytes) {  // wrap: every copy queued from the ring must have run
+        graphs_->flush();                          // (captured copies read the ring when launched)
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
         staging_used_ = 0;
     }
@@ -176,7 +204,7 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
 }
 
 Tensor CudaBackend::upload(const Tensor& host) {
-    DI_PROFILE_OP("upload");
+    DI_CUDA_OP("upload");
     DI_CUDA_REQUIRE(host.device() == Device::kCpu, "upload: tensor is already on the GPU");
     Tensor t = empty(host.dtype(), host.shape());
     copy_to_device(t.raw(), host.raw(), host.nbytes());
@@ -184,6 +212,7 @@ Tensor CudaBackend::upload(const Tensor& host) {
 }
 
 void CudaBackend::download(const Tensor& src, void* host_dst) {
+    graphs_->flush();
     DI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -239,14 +268,14 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
 }
 
 void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {
-    DI_PROFILE_OP("embed");
+    DI_CUDA_OP("embed");
     int64_t n = ids.numel(), d = table.dim(1);
     if (n == 0) return;
     embed_kernel<<<n, 256, 0, stream_>>>(ids.data<int>(), table.raw(), table.dtype() == DType::kBF16, d, hc, out.data<float>());
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
-    DI_PROFILE_OP("matmul");
+    DI_CUDA_OP("matmul");
     int64_t k = w.dim(-1), m = x.numel() / k;
     DI_CUDA_REQUIRE(x.numel() == m * k && y.numel() == m * w.dim(0),
                     "matmul: x " + x.shape_string() + " · w " + w.shape_string() + " -> y " + y.shape_string() + " disagree");
@@ -254,7 +283,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
 }
 
 void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
-    DI_PROFILE_OP("matmul_many");
+    DI_CUDA_OP("matmul_many");
     if (targets.empty()) return;
     int64_t k = targets[0].w->dim(-1), m = x.numel() / k;
     std::vector<GemvProduct> products;
@@ -266,7 +295,7 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
 }
 
 void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) {
-    DI_PROFILE_OP("grouped_matmul");
+    DI_CUDA_OP("grouped_matmul");
     int64_t k = w.dim(-1), rows = w.dim(0) / groups, m = x.numel() / (groups * k);
     if (m == 0) return;
     std::vector<Tensor> blocks;
@@ -279,35 +308,45 @@ void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, T
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {
-    DI_PROFILE_OP("rms_norm");
+    DI_CUDA_OP("rms_norm");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
     rms_norm_kernel<<<rows, 256, 0, stream_>>>(x.data<float>(), weight ? weight->data<float>() : nullptr, eps, cols, y.data<float>());
 }
 
 void CudaBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope& r, bool inverse) {
-    DI_PROFILE_OP("rope");
+    DI_CUDA_OP("rope");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
     rope_kernel<<<rows, 32, 0, stream_>>>(x.data<float>(), cols, positions.data<long long>(), group, r.inv_freq.data<float>(),
                                           r.rope_dim, r.scale, inverse);
 }
 
+void CudaBackend::rms_norm_rope(Tensor& x, const Tensor* weight, float eps, const Tensor& positions, int group,
+                                const Rope& r) {
+    DI_CUDA_OP("rms_norm_rope");
+    int64_t cols = x.dim(-1), rows = x.numel() / cols;
+    if (rows == 0) return;
+    rms_norm_rope_kernel<<<rows, 128, 0, stream_>>>(x.data<float>(), weight ? weight->data<float>() : nullptr, eps, cols,
+                                                    positions.data<long long>(), group, r.inv_freq.data<float>(),
+                                                    r.rope_dim, r.scale);
+}
+
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
-    DI_PROFILE_OP("gather_rows");
+    DI_CUDA_OP("gather_rows");
     int64_t cols = x.numel() / x.dim(0);
     if (rows.numel() == 0) return;
     gather_rows_kernel<<<rows.numel(), 256, 0, stream_>>>(x.data<float>(), rows.data<int>(), cols, out.data<float>());
 }
 
 void CudaBackend::add(const Tensor& x, Tensor& y) {
-    DI_PROFILE_OP("add");
+    DI_CUDA_OP("add");
     if (x.numel() == 0) return;
     add_kernel<<<blocks_for(x.numel(), 256), 256, 0, stream_>>>(x.data<float>(), y.data<float>(), x.numel());
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
-    DI_PROFILE_OP("swiglu");
+    DI_CUDA_OP("swiglu");
     if (gate.numel() == 0) return;
     swiglu_kernel<<<blocks_for(gate.numel(), 256), 256, 0, stream_>>>(gate.data<float>(), up.data<float>(), limit,
                                                                         out.data<float>(), gate.numel());

@@ -10,10 +10,14 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/graph_recorder.cuh"
 #include "kernels/cuda/op_profiler.cuh"
 
-// Times the enclosing op when profiling is on (see OpProfiler).
-#define DI_PROFILE_OP(name) ::deepinfer::kernels::cuda::OpProfiler::Scope op_scope__(&profiler_, name, stream_)
+// Marks the enclosing function as one backend op: recorded into the step's graph segment when a
+// graph step is open (see GraphRecorder), timed when profiling is on (see OpProfiler).
+#define DI_CUDA_OP(name)                                                        \
+    ::deepinfer::kernels::cuda::GraphOpScope graph_scope__(graphs_.get()); \
+    ::deepinfer::kernels::cuda::OpProfiler::Scope op_scope__(&profiler_, name, stream_)
 
 namespace deepinfer::kernels::cuda {
 
@@ -45,6 +49,12 @@ struct DeviceSeq {
     long long window_from;
 };
 
+// The RMSNorm hc_pre_norm folds into the collapse (weight null: none).
+struct CollapseNorm {
+    const float* weight = nullptr;
+    float eps = 0.0f;
+};
+
 class CudaBackend final : public Backend {
 public:
     explicit CudaBackend(int device);
@@ -64,12 +74,16 @@ public:
     void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override;
     void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override;
     void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;
+    void rms_norm_rope(Tensor& x, const Tensor* weight, float eps, const Tensor& positions, int group,
+                       const Rope& r) override;
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
     void add(const Tensor& x, Tensor& y) override;
     void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
 
     void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                 Tensor& collapsed, Tensor& post, Tensor& comb) override;
+    void hc_pre_norm(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
+                     const Tensor& norm_weight, float eps, Tensor& collapsed, Tensor& post, Tensor& comb) override;
     void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override;
     void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                 Tensor& pre, Tensor& post, Tensor& comb) override;
@@ -107,7 +121,14 @@ public:
     cudaStream_t stream() const { return stream_; }
     void set_matmul_precision(MatmulPrecision p) override { gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : 2; }
     void set_profiling(bool on) override { profiler_.enable(on); }
-    std::string profile_report() override { return profiler_.report(stream_); }
+    // Graph steps are skipped while profiling (the per-op events would land inside the graphs).
+    void begin_graph_step(uint64_t shape) override {
+        if (!profiler_.enabled()) graphs_->begin_step(shape);
+    }
+    void end_graph_step(bool launch) override { graphs_->end_step(launch); }
+    void set_graphs(bool on) override { graphs_->set_enabled(on); }
+    GraphRecorder::Counts graph_counts() const { return graphs_->counts(); }
+    std::string profile_report() override;
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
     // flat tables after it. Returns {seqs, tables}; valid for the next few calls on this stream.
@@ -119,8 +140,11 @@ public:
     Tensor scratch(DType dtype, std::vector<int64_t> shape) { return empty(dtype, std::move(shape)); }
 
 private:
+    // hc_pre / hc_mix / hc_pre_norm: collapsed (or pre) + post + comb; with a norm weight the
+    // collapsed rows are RMS-normalised and weighted in the same kernel.
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
-                          const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb);
+                          const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
+                          CollapseNorm norm = {});
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
@@ -151,6 +175,8 @@ private:
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
     std::vector<std::pair<std::vector<char>, Tensor>> meta_;  // recent metadata uploads, oldest first
     OpProfiler profiler_;
+    std::unique_ptr<GraphRecorder> graphs_;  // on stream_; destroyed before it
+    void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     char* staging_ = nullptr;  // pinned ring for small host -> device copies

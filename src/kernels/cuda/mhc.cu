@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, cons
 // `mixes` holds [n, width] finished mixes (splits == 0) or hc_dots_kernel's [n, splits, width + 1].
 __global__ void hc_pre_kernel(const float* streams, const float* mixes, int splits, float norm_eps, const float* base,
                               const float* scale, int hc, int64_t d, int iters, float hc_eps, float* collapsed,
-                              float* pre_out, float* post, float* comb) {
+                              float* pre_out, float* post, float* comb, const float* norm_w, float norm_w_eps) {
     int64_t n = blockIdx.x;
     int width = (2 + hc) * hc;
     __shared__ float m[(2 + kMaxHc) * kMaxHc];
@@ -92,13 +92,23 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
         bool owner = lane < hc * hc;  // the other lanes follow element 0 and write nothing
         int e = owner ? lane : 0, j = e / hc, k = e % hc;
         auto logit = [&](int jj, int kk) { return m[2 * hc + jj * hc + kk] * scale[2] + base[2 * hc + jj * hc + kk]; };
-        // Sums run over the row's / column's lanes in index order, as a serial loop would add them.
+        // Sums over the row's / column's lanes. For hc = 4 (lane = 4j + k) two butterfly steps
+        // each, (a+b)+(c+d); otherwise in index order, as a serial loop adds them.
+        bool four = hc == 4;
         auto row_sum = [&](float v) {
+            if (four) {
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                return v + __shfl_xor_sync(0xffffffffu, v, 2);
+            }
             float s = 0;
             for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(0xffffffffu, v, j * hc + kk);
             return s;
         };
         auto column_sum = [&](float v) {
+            if (four) {
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                return v + __shfl_xor_sync(0xffffffffu, v, 8);
+            }
             float s = 0;
             for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(0xffffffffu, v, jj * hc + k);
             return s;
@@ -115,7 +125,14 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
     }
     __syncthreads();
     if (pre_out != nullptr && threadIdx.x < hc) pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
-    if (collapsed != nullptr) weighted_stream_sum(streams + n * hc * d, pre, hc, d, collapsed + n * d);
+    if (collapsed == nullptr) return;
+    float* out = collapsed + n * d;
+    weighted_stream_sum(streams + n * hc * d, pre, hc, d, out);
+    if (norm_w == nullptr) return;
+    float ss = 0;  // each thread re-reads only the elements it wrote
+    for (int64_t e = threadIdx.x; e < d; e += blockDim.x) ss += out[e] * out[e];
+    float inv = rsqrtf(block_sum(ss) / d + norm_w_eps);
+    for (int64_t e = threadIdx.x; e < d; e += blockDim.x) out[e] = norm_w[e] * (out[e] * inv);
 }
 
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
@@ -145,18 +162,27 @@ __global__ void hc_head_kernel(const float* streams, const float* mixes, const f
 
 void CudaBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                          Tensor& collapsed, Tensor& post, Tensor& comb) {
-    DI_PROFILE_OP("hc_pre");
+    DI_CUDA_OP("hc_pre");
     mix_coefficients(streams, fn, base, scale, p, collapsed.data<float>(), nullptr, post, comb);
+}
+
+void CudaBackend::hc_pre_norm(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                              const MhcParams& p, const Tensor& norm_weight, float eps, Tensor& collapsed, Tensor& post,
+                              Tensor& comb) {
+    DI_CUDA_OP("hc_pre_norm");
+    mix_coefficients(streams, fn, base, scale, p, collapsed.data<float>(), nullptr, post, comb,
+                     {norm_weight.data<float>(), eps});
 }
 
 void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                          Tensor& pre, Tensor& post, Tensor& comb) {
-    DI_PROFILE_OP("hc_mix");
+    DI_CUDA_OP("hc_mix");
     mix_coefficients(streams, fn, base, scale, p, nullptr, pre.data<float>(), post, comb);
 }
 
 void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
-                                   const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb) {
+                                   const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
+                                   CollapseNorm norm) {
     int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
     DI_CUDA_REQUIRE(p.hc * p.hc <= 32, "cuda mHC: hc_mult " + std::to_string(p.hc) + " is above 5 (one warp per Sinkhorn)");
     if (n == 0) return;
@@ -176,11 +202,11 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     }
     hc_pre_kernel<<<n, 512, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), splits, p.norm_eps, base.data<float>(),
                                            scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
-                                           post.data<float>(), comb.data<float>());
+                                           post.data<float>(), comb.data<float>(), norm.weight, norm.eps);
 }
 
 void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) {
-    DI_PROFILE_OP("hc_post");
+    DI_CUDA_OP("hc_post");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
     hc_post_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(streams.data<float>(), y.data<float>(),
@@ -190,7 +216,7 @@ void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, 
 
 void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                           Tensor& out) {
-    DI_PROFILE_OP("hc_head");
+    DI_CUDA_OP("hc_head");
     int64_t n = streams.dim(0), d = streams.dim(2);
     if (n == 0) return;
     Tensor flat = empty(DType::kF32, {n, p.hc * d}), mixes = empty(DType::kF32, {n, static_cast<int64_t>(p.hc)});

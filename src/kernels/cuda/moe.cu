@@ -127,7 +127,7 @@ __global__ void scatter_kernel(const float* y, const int* rows, const float* w, 
 
 void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
                             float scaling, Tensor& ids, Tensor& weights) {
-    DI_PROFILE_OP("moe_route");
+    DI_CUDA_OP("moe_route");
     int64_t n = logits.dim(0);
     if (n == 0) return;
     DI_CUDA_REQUIRE(logits.dim(1) <= 32 * kMaxExpertsPerLane, "cuda moe_route: more than 1024 experts");
@@ -157,7 +157,7 @@ const ExpertRows* CudaBackend::expert_rows(std::span<const ExpertWeights> expert
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
                               float limit, Tensor& out) {
-    DI_PROFILE_OP("moe_experts");
+    DI_CUDA_OP("moe_experts");
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
     if (n == 0) return;
     // Up to kMaxPerPairs (token, slot) pairs each pair reads its expert's rows (fewest launches;
@@ -188,6 +188,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     }
     std::vector<int> h_ids(n * top_k);
     std::vector<float> h_w(n * top_k);
+    graphs_->flush();  // the routing has to run before the host reads it
     DI_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()));
     DI_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream()));

@@ -28,6 +28,7 @@ public:
 
     ~OpProfiler();
     void enable(bool on) { on_ = on; }
+    bool enabled() const { return on_; }
     // Waits for the stream, then one line per op name, largest device time first.
     std::string report(cudaStream_t stream);
 

@@ -152,7 +152,7 @@ __global__ void engram_gate_kernel(float* streams, const float* kv, const float*
 }  // namespace
 
 void CudaBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) {
-    DI_PROFILE_OP("hc_collapse");
+    DI_CUDA_OP("hc_collapse");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
     hc_collapse_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), pre.data<float>(), static_cast<int>(hc), d,
@@ -160,7 +160,7 @@ void CudaBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& 
 }
 
 void CudaBackend::fake_quantize(Tensor& x, QuantFormat f) {
-    DI_PROFILE_OP("fake_quantize");
+    DI_CUDA_OP("fake_quantize");
     int64_t cols = x.dim(-1), block = quant::block_of(f);
     if (x.numel() == 0 || cols % block != 0) return;
     long long blocks = x.numel() / block;
@@ -168,7 +168,7 @@ void CudaBackend::fake_quantize(Tensor& x, QuantFormat f) {
 }
 
 void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
-    DI_PROFILE_OP("pool_groups");
+    DI_CUDA_OP("pool_groups");
     int dim = static_cast<int>(a.kv.dim(1)), rate = a.rate;
     std::vector<PoolGroup> groups;
     std::vector<long long> carry_targets;
@@ -196,7 +196,7 @@ void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a)
 }
 
 void CudaBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& rows, const EntryStore& store) {
-    DI_PROFILE_OP("store_entries");
+    DI_CUDA_OP("store_entries");
     if (slots.empty()) return;
     int64_t block = store.pool.dim(1), dim = store.pool.dim(2);
     std::vector<long long> dest;
@@ -241,7 +241,7 @@ void CudaBackend::candidate_stage(std::span<const SeqSlice> seqs, const IndexerA
 }
 
 void CudaBackend::engram_gate(Tensor& streams, const Tensor& kv, const Tensor& weight, float eps) {
-    DI_PROFILE_OP("engram_gate");
+    DI_CUDA_OP("engram_gate");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
     engram_gate_kernel<<<n * hc, 256, 0, stream()>>>(streams.data<float>(), kv.data<float>(), weight.data<float>(),

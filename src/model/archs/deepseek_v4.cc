@@ -107,8 +107,8 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     int64_t n = st.n, H = cfg_.num_attention_heads, d = cfg_.head_dim, D = cfg_.hidden_size;
     float eps = cfg_.rms_norm_eps;
     kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
-    backend_.hc_pre(st.streams, lw.attn_hc.fn, lw.attn_hc.base, lw.attn_hc.scale, mp, st.x, st.post, st.comb);
-    backend_.rms_norm(st.x, &lw.attn_norm, eps, st.x);
+    backend_.hc_pre_norm(st.streams, lw.attn_hc.fn, lw.attn_hc.base, lw.attn_hc.scale, mp, lw.attn_norm, eps, st.x, st.post,
+                         st.comb);
     const kernels::Rope& rope = cfg_.layer_types[l] == AttentionType::kSliding ? rope_main_ : rope_compress_;
 
     bool compressed = cfg_.layer_types[l] != AttentionType::kSliding;
@@ -123,10 +123,8 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     if (comp.index_q.defined()) from_qr.push_back({&lw.index_wq_b, &comp.index_q});
     backend_.matmul_many(qr, from_qr);
     Tensor q_heads = q.reshape({n * H, d});
-    backend_.rms_norm(q_heads, nullptr, eps, q_heads);
-    backend_.rope(q_heads, st.positions, static_cast<int>(H), rope, false);
-    backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
-    backend_.rope(kv, st.positions, 1, rope, false);
+    backend_.rms_norm_rope(q_heads, nullptr, eps, st.positions, static_cast<int>(H), rope);
+    backend_.rms_norm_rope(kv, &lw.kv_norm, eps, st.positions, 1, rope);
 
     HybridCache::LayerState& ls = cache.layer(l);
     AttentionArgs args;
@@ -233,8 +231,8 @@ void DeepseekV4Model::ffn_block(int l, StepTensors& st) {
     int64_t n = st.n, D = cfg_.hidden_size;
     float eps = cfg_.rms_norm_eps;
     kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
-    backend_.hc_pre(st.streams, lw.ffn_hc.fn, lw.ffn_hc.base, lw.ffn_hc.scale, mp, st.x, st.post, st.comb);
-    backend_.rms_norm(st.x, &lw.ffn_norm, eps, st.x);
+    backend_.hc_pre_norm(st.streams, lw.ffn_hc.fn, lw.ffn_hc.base, lw.ffn_hc.scale, mp, lw.ffn_norm, eps, st.x, st.post,
+                         st.comb);
 
     Tensor y = backend_.empty(DType::kF32, {n, D});
     moe_feed_forward(backend_, cfg_, lw, cfg_.mlp_layer_types[l] == MlpType::kHashMoe, st.x, st.ids, y);

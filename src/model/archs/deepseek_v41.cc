@@ -317,8 +317,7 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
     backend_.matmul_many(qr, from_qr);  // no per-head q norm in V4.1
     Tensor q_heads = q.reshape({n * H, d});
     backend_.rope(q_heads, st.in.positions, static_cast<int>(H), rope, false);
-    backend_.rms_norm(kv, &lw.kv_norm, eps, kv);
-    backend_.rope(kv, st.in.positions, 1, rope, false);
+    backend_.rms_norm_rope(kv, &lw.kv_norm, eps, st.in.positions, 1, rope);
     backend_.fake_quantize(kv, QuantFormat::kFp8Ue8m0x32);
 
     HybridCache::LayerState& ls = cache.layer(l);
@@ -411,8 +410,7 @@ void DeepseekV41Model::publish_source(int l, StepState& st, HybridCache& cache, 
     backend_.rms_norm(latent, &sw.comp_norm, c.rms_norm_eps, latent);
     Tensor keys = backend_.empty(DType::kF32, {g, di});
     backend_.matmul(latent, sw.index_wk, keys);  // from the pre-RoPE latent
-    backend_.rms_norm(keys, &sw.index_k_norm, c.rms_norm_eps, keys);
-    backend_.rope(keys, positions, 1, rope_compress_, false);
+    backend_.rms_norm_rope(keys, &sw.index_k_norm, c.rms_norm_eps, positions, 1, rope_compress_);
     backend_.fake_quantize(keys, QuantFormat::kFp4Ue8m0x32);
     backend_.store_entries(slots, keys, st.index_keys);
     backend_.rope(latent, positions, 1, rope_compress_, false);

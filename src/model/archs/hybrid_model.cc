@@ -29,9 +29,47 @@ const Batch& HybridCacheModel::described(const Batch& step, const HybridCache& c
     return copy;
 }
 
+namespace {
+
+// Steps of at most this many tokens (decode, speculative verification, short chunks) run as
+// device graphs: they are many small kernels, where launches cost as much as the work.
+constexpr size_t kGraphStepMaxTokens = 128;
+
+// Opens a graph step on the backend; drops what was recorded if the forward throws.
+class GraphStep {
+public:
+    GraphStep(kernels::Backend& backend, const Batch& step)
+        : backend_(step.token_ids.size() <= kGraphStepMaxTokens ? &backend : nullptr) {
+        if (backend_) backend_->begin_graph_step(shape_of(step));
+    }
+    ~GraphStep() {
+        if (backend_) backend_->end_graph_step(false);
+    }
+    void launch() {
+        if (backend_) backend_->end_graph_step(true);
+        backend_ = nullptr;
+    }
+    GraphStep(const GraphStep&) = delete;
+    GraphStep& operator=(const GraphStep&) = delete;
+
+private:
+    // The tokens per sequence, hashed (FNV-1a): they fix every GEMM size of the step.
+    static uint64_t shape_of(const Batch& step) {
+        uint64_t h = 1469598103934665603ull;
+        for (const auto& s : step.seqs) h = (h ^ static_cast<uint64_t>(s.num_tokens)) * 1099511628211ull;
+        return h;
+    }
+    kernels::Backend* backend_;
+};
+
+}  // namespace
+
 Tensor HybridCacheModel::forward(const Batch& step, HybridCache& cache) {
     Batch copy;
-    return forward_described(described(step, cache, copy), cache);
+    GraphStep graphs(backend_, step);
+    Tensor logits = forward_described(described(step, cache, copy), cache);
+    graphs.launch();
+    return logits;
 }
 
 }  // namespace deepinfer::model

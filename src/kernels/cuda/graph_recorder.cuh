@@ -1,0 +1,88 @@
+#pragma once
+// Captures the ops of a step into CUDA graphs and launches them in segments.
+//
+// A batch-1 decode step is a few hundred small kernels; launched one by one, each pays the
+// launch path and the gap before the next. Inside a step the recorder captures the stream's work
+// (kernels, small copies, cuBLAS calls) into a graph and launches it after every
+// kOpsPerSegment outer ops, so the host captures segment s+1 while the GPU runs segment s. The
+// executable graph of segment s is kept and updated in place next step (same kernels, new
+// arguments), which is far cheaper than instantiating it. Executables are kept per (segment,
+// step shape): the caller names the shape (steps with equal token counts run the same library
+// kernels: cuBLAS picks its kernel, cluster shape included, from the GEMM sizes, and an update
+// across two such choices was seen to leave the old launch configuration in place). Within a
+// shape a few variants cover segments whose own kernels differ (a compressor emitting an entry).
+//
+// Anything that needs the stream's results on the host (downloads, host-routed MoE) must call
+// flush() first; the ops after it start a new segment.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace deepinfer::kernels::cuda {
+
+class GraphRecorder {
+public:
+    explicit GraphRecorder(cudaStream_t stream) : stream_(stream) {}
+    ~GraphRecorder();
+    GraphRecorder(const GraphRecorder&) = delete;
+    GraphRecorder& operator=(const GraphRecorder&) = delete;
+
+    // Master switch (on by default); off makes begin_step() a no-op.
+    void set_enabled(bool on) { enabled_ = on; }
+    bool enabled() const { return enabled_; }
+    // Ops between begin_step() and end_step() are captured. end_step(false) drops what was
+    // captured of the open segment (an op threw half-way: its launches must not run).
+    void begin_step(uint64_t shape);
+    void end_step(bool launch = true);
+    // Closes the open segment and launches it; a no-op when nothing is being captured.
+    void flush();
+
+    // Around every backend op (nested ops count once): starts capturing when a step is open and
+    // closes the segment after enough ops.
+    void op_begin();
+    void op_end(bool failed);
+
+    struct Counts {
+        long segments = 0, updated = 0, instantiated = 0;
+    };
+    Counts counts() const { return counts_; }
+
+private:
+    static constexpr int kOpsPerSegment = 24;
+    static constexpr size_t kVariantsPerSegment = 4;
+    static constexpr size_t kMaxKeys = 512;  // (segment, shape) pairs kept; least recently used go
+    struct Variants {
+        std::vector<cudaGraphExec_t> execs;  // most recently used first
+        uint64_t last_use = 0;
+    };
+    cudaGraphExec_t exec_for(cudaGraph_t graph);
+    void evict_oldest();
+
+    cudaStream_t stream_;
+    bool enabled_ = true, in_step_ = false, capturing_ = false;
+    int depth_ = 0, ops_ = 0;
+    size_t segment_ = 0;
+    uint64_t shape_ = 0, uses_ = 0;
+    std::map<std::pair<size_t, uint64_t>, Variants> execs_;  // by (segment index, step shape)
+    Counts counts_;
+};
+
+// One op's capture bookkeeping (RAII around GraphRecorder::op_begin/op_end).
+class GraphOpScope {
+public:
+    explicit GraphOpScope(GraphRecorder* r) : r_(r), unwinding_(std::uncaught_exceptions()) { r_->op_begin(); }
+    // May throw (a failed launch of the segment); never while an exception is already unwinding.
+    ~GraphOpScope() noexcept(false) { r_->op_end(std::uncaught_exceptions() > unwinding_); }
+    GraphOpScope(const GraphOpScope&) = delete;
+    GraphOpScope& operator=(const GraphOpScope&) = delete;
+
+private:
+    GraphRecorder* r_;
+    int unwinding_;
+};
+
+}  // namespace deepinfer::kernels::cuda
