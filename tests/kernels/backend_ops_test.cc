@@ -308,24 +308,27 @@ TEST_P(BackendOps, CompressorsAndIndexer) {
         EXPECT_TRUE(all_close(sc.pool, pool_b, tol)) << "overlap " << overlap;
         EXPECT_TRUE(all_close(a.carry, b.carry, 0.0));
 
-        IndexerArgs ia;
-        ia.q = random_f32({sc.num_tokens, 3, dim}, rng);
-        ia.weights = random_f32({sc.num_tokens, 3}, rng);
-        ia.scale = 0.2f;
-        ia.keys = &sa;
-        ia.rate = rate;
-        ia.top_k = 4;
-        IndexerArgs ib = ia;
-        ia.out = Tensor::empty(DType::kI32, {sc.num_tokens, 4});
-        ib.out = Tensor::empty(DType::kI32, {sc.num_tokens, 4});
-        cpu->indexer_topk(sc.seqs, ia);
-        ref->indexer_topk(sc.seqs, ib);
-        for (int64_t r = 0; r < sc.num_tokens; ++r) {  // same set; order within the top-k is free
-            std::vector<int32_t> x(ia.out.data<int32_t>() + r * 4, ia.out.data<int32_t>() + r * 4 + 4);
-            std::vector<int32_t> y(ib.out.data<int32_t>() + r * 4, ib.out.data<int32_t>() + r * 4 + 4);
-            std::sort(x.begin(), x.end());
-            std::sort(y.begin(), y.end());
-            EXPECT_EQ(x, y) << "row " << r;
+        // k = 4 picks among up to 8 visible entries; k = 16 takes them all (the GPU skips the scores).
+        for (int top_k : {4, 16}) {
+            IndexerArgs ia;
+            ia.q = random_f32({sc.num_tokens, 3, dim}, rng);
+            ia.weights = random_f32({sc.num_tokens, 3}, rng);
+            ia.scale = 0.2f;
+            ia.keys = &sa;
+            ia.rate = rate;
+            ia.top_k = top_k;
+            IndexerArgs ib = ia;
+            ia.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+            ib.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+            cpu->indexer_topk(sc.seqs, ia);
+            ref->indexer_topk(sc.seqs, ib);
+            for (int64_t r = 0; r < sc.num_tokens; ++r) {  // same set; order within the top-k is free
+                std::vector<int32_t> x(ia.out.data<int32_t>() + r * top_k, ia.out.data<int32_t>() + (r + 1) * top_k);
+                std::vector<int32_t> y(ib.out.data<int32_t>() + r * top_k, ib.out.data<int32_t>() + (r + 1) * top_k);
+                std::sort(x.begin(), x.end());
+                std::sort(y.begin(), y.end());
+                EXPECT_EQ(x, y) << "row " << r << ", k " << top_k;
+            }
         }
     }
 }

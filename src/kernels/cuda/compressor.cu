@@ -202,6 +202,18 @@ __global__ void index_rank_topk_kernel(IndexParams p) {
     for (int j = picked + threadIdx.x; j < p.top_k; j += blockDim.x) out[j] = -1;
 }
 
+// Rows with at most k visible entries select all of them (scores are finite without a candidate
+// mask): ids in ascending order, then -1. Same set as the ranked selection; only the order of the
+// picks differs, which attention does not depend on beyond fp32 summation order.
+__global__ void index_select_all_kernel(IndexParams p) {
+    int row = blockIdx.x;
+    DeviceSeq s{};
+    long long visible = 0;
+    token_info(p, row, s, visible);
+    int* out = p.out + static_cast<long long>(row) * p.top_k;
+    for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) out[j] = j < visible ? j : -1;
+}
+
 }  // namespace
 
 void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
@@ -239,6 +251,14 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     }
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, a.keys);
+    bool candidates = a.candidates_in.defined() || a.candidates_out.defined();
+    if (!candidates && max_visible <= a.top_k) {  // every visible entry is picked: no scores needed
+        IndexParams p{};
+        p.seqs = dseqs, p.num_seqs = static_cast<int>(seqs.size()), p.out = a.out.data<int>();
+        p.rate = a.rate, p.top_k = a.top_k;
+        index_select_all_kernel<<<n, 128, 0, stream()>>>(p);
+        return;
+    }
     Tensor scores = empty(DType::kF32, {n, max_visible});
     IndexParams p{a.q.data<float>(), a.weights.data<float>(), a.keys->pool.data<float>(), dseqs, tables, scores.data<float>(),
                   a.out.data<int>(), static_cast<int>(seqs.size()), static_cast<int>(a.q.dim(1)), static_cast<int>(a.q.dim(2)),
