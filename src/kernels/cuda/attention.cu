@@ -48,6 +48,7 @@ __device__ const float* key_ptr(const AttnParams& p, const DeviceSeq& s, long lo
 }
 
 __global__ void attention_kernel(AttnParams p) {
+    pdl_prologue();
     int row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
     int si = seq_of(p.seqs, p.num_seqs, row);
     if (si < 0) {  // a row outside every sequence: nothing to attend (the merge then writes zeros)
@@ -138,6 +139,7 @@ __global__ void attention_kernel(AttnParams p) {
 
 // out = (Σ_split e^(m_s - M) acc_s) / (e^(sink - M) + Σ_split e^(m_s - M) l_s) per (row, head).
 __global__ void attention_merge_kernel(const float* partial, const float* sinks, int heads, int splits, int d, float* out) {
+    pdl_prologue();
     long long head_row = blockIdx.x;
     const float* part = partial + head_row * splits * (2 + d);
     float sink = sinks[head_row % heads], M = sink;
@@ -154,6 +156,7 @@ __global__ void attention_merge_kernel(const float* partial, const float* sinks,
 }
 
 __global__ void ring_write_kernel(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d) {
+    pdl_prologue();
     int row = blockIdx.x;
     int si = seq_of(seqs, num_seqs, row);
     if (si < 0) return;
@@ -200,10 +203,10 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
                  static_cast<int>(a.compressed), a.rate,
                  a.compressed == AttentionArgs::Compressed::kSelected ? static_cast<int>(a.selected.dim(1)) : 0,
                  comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale};
-    attention_kernel<<<dim3(blocks, splits), 32 * kWarps, 0, stream()>>>(p);
+    launch_pdl(attention_kernel, dim3(blocks, splits), 32 * kWarps, 0, stream(), p);
     if (splits > 1)
-        attention_merge_kernel<<<blocks, 128, 0, stream()>>>(partial.data<float>(), a.sinks.data<float>(), heads, splits, d,
-                                                             a.out.data<float>());
+        launch_pdl(attention_merge_kernel, blocks, 128, 0, stream(), partial.data<float>(), a.sinks.data<float>(),
+                   heads, splits, d, a.out.data<float>());
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
@@ -212,8 +215,8 @@ void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, T
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, nullptr);
     (void)tables;
-    ring_write_kernel<<<n, 128, 0, stream()>>>(dseqs, static_cast<int>(seqs.size()), kv.data<float>(), ring.data<float>(),
-                                               static_cast<int>(ring.dim(1)), static_cast<int>(ring.dim(2)));
+    launch_pdl(ring_write_kernel, n, 128, 0, stream(), dseqs, static_cast<int>(seqs.size()), kv.data<float>(),
+               ring.data<float>(), static_cast<int>(ring.dim(1)), static_cast<int>(ring.dim(2)));
 }
 
 }  // namespace deepinfer::kernels::cuda

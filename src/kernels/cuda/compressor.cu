@@ -42,6 +42,7 @@ __device__ float token_value(const CompParams& p, const DeviceSeq& s, long long 
 }
 
 __global__ void compress_windows_kernel(CompParams p) {
+    pdl_prologue();
     int si = p.windows[2 * blockIdx.x], w = p.windows[2 * blockIdx.x + 1];
     const DeviceSeq s = p.seqs[si];
     int c = p.overlap ? 2 : 1, off = p.overlap ? p.dim : 0;
@@ -82,6 +83,7 @@ __global__ void compress_windows_kernel(CompParams p) {
 }
 
 __global__ void carry_write_kernel(CompParams p, int num_seqs) {
+    pdl_prologue();
     int row = blockIdx.x, si = -1;
     for (int i = 0; i < num_seqs; ++i)
         if (row >= p.seqs[i].token_begin && row < p.seqs[i].token_begin + p.seqs[i].num_tokens) si = i;
@@ -118,6 +120,7 @@ __device__ void token_info(const IndexParams& p, int row, DeviceSeq& s, long lon
 // lanes reading different heads hit different banks); each warp copies one entry's key next to
 // them and its lanes take a head each, so a score needs one warp reduction, not one per head.
 __global__ void index_scores_kernel(IndexParams p) {
+    pdl_prologue();
     extern __shared__ float smem[];
     int row = blockIdx.x;
     DeviceSeq s{};
@@ -149,6 +152,7 @@ __global__ void index_scores_kernel(IndexParams p) {
 }
 
 __global__ void index_topk_kernel(IndexParams p) {
+    pdl_prologue();
     int row = blockIdx.x;
     DeviceSeq s{};
     long long visible = 0;
@@ -179,6 +183,7 @@ __global__ void index_topk_kernel(IndexParams p) {
 constexpr int kRankMaxVisible = 2048;
 
 __global__ void index_rank_topk_kernel(IndexParams p) {
+    pdl_prologue();
     __shared__ float sc[kRankMaxVisible];
     int row = blockIdx.x;
     DeviceSeq s{};
@@ -206,6 +211,7 @@ __global__ void index_rank_topk_kernel(IndexParams p) {
 // mask): ids in ascending order, then -1. Same set as the ranked selection; only the order of the
 // picks differs, which attention does not depend on beyond fp32 summation order.
 __global__ void index_select_all_kernel(IndexParams p) {
+    pdl_prologue();
     int row = blockIdx.x;
     DeviceSeq s{};
     long long visible = 0;
@@ -237,8 +243,8 @@ void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const Compre
                  a.rope.inv_freq.data<float>(), a.carry.data<float>(), a.out->pool.data<float>(), dseqs, tables,
                  dwin.data<int>(), a.dim, a.rate, a.overlap ? 1 : 0, a.rope.rope_dim, static_cast<int>(a.out->pool.dim(1)),
                  a.norm_eps, a.rope.scale};
-    if (!windows.empty()) compress_windows_kernel<<<windows.size() / 2, 128, 0, stream()>>>(p);
-    carry_write_kernel<<<n, 128, 0, stream()>>>(p, static_cast<int>(seqs.size()));
+    if (!windows.empty()) launch_pdl(compress_windows_kernel, windows.size() / 2, 128, 0, stream(), p);
+    launch_pdl(carry_write_kernel, n, 128, 0, stream(), p, static_cast<int>(seqs.size()));
 }
 
 void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& a) {
@@ -256,7 +262,7 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
         IndexParams p{};
         p.seqs = dseqs, p.num_seqs = static_cast<int>(seqs.size()), p.out = a.out.data<int>();
         p.rate = a.rate, p.top_k = a.top_k;
-        index_select_all_kernel<<<n, 128, 0, stream()>>>(p);
+        launch_pdl(index_select_all_kernel, n, 128, 0, stream(), p);
         return;
     }
     Tensor scores = empty(DType::kF32, {n, max_visible});
@@ -267,15 +273,15 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     size_t smem = (static_cast<size_t>(p.heads) * (p.dim + 1) + kThreads / 32 * static_cast<size_t>(p.dim)) * sizeof(float);
     if (smem > 48 * 1024)
         DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    index_scores_kernel<<<n, kThreads, smem, stream()>>>(p);
+    launch_pdl(index_scores_kernel, n, kThreads, smem, stream(), p);
     if (a.candidates_in.defined() || a.candidates_out.defined()) candidate_stage(seqs, a, scores, max_visible);
     // Rank counting costs visible² per row: the lowest latency for decode, but long prefills of
     // long rows do less work with the argmax rounds (k per row).
     bool by_rank = max_visible <= kRankMaxVisible && static_cast<double>(n) * max_visible * max_visible <= 2e9;
     if (by_rank)
-        index_rank_topk_kernel<<<n, 256, 0, stream()>>>(p);
+        launch_pdl(index_rank_topk_kernel, n, 256, 0, stream(), p);
     else
-        index_topk_kernel<<<n, 256, 0, stream()>>>(p);
+        launch_pdl(index_topk_kernel, n, 256, 0, stream(), p);
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -21,6 +21,7 @@ size_t size_class(size_t bytes) {
 // three ~24 (fp32's), so bf16 weights multiply fp32 activations at that accuracy with one bf16
 // GEMM of parts * m rows (the weights are read once, which is what decode pays for).
 __global__ void split_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y, int64_t m, int64_t k, int parts) {
+    pdl_prologue();
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= m * k) return;
     int64_t r = i / k, c = i % k;
@@ -35,6 +36,7 @@ __global__ void split_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y,
 // y[r, j] (row stride ldy) (+)= Σ_p partial[p * m + r, j], smallest part first.
 __global__ void join_parts_kernel(const float* partial, int64_t m, int64_t n, int parts, float* y, int64_t ldy,
                                   bool accumulate) {
+    pdl_prologue();
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= m * n) return;
     int64_t r = i / n, c = i % n;
@@ -44,6 +46,7 @@ __global__ void join_parts_kernel(const float* partial, int64_t m, int64_t n, in
 }
 
 __global__ void embed_kernel(const int* ids, const void* table, bool bf16, int64_t d, int hc, float* out) {
+    pdl_prologue();
     int64_t row = blockIdx.x;
     int64_t id = ids[row];
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
@@ -53,6 +56,7 @@ __global__ void embed_kernel(const int* ids, const void* table, bool bf16, int64
 }
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float eps, int64_t cols, float* y) {
+    pdl_prologue();
     const float* in = x + blockIdx.x * cols;
     float* out = y + blockIdx.x * cols;
     float ss = 0;
@@ -64,6 +68,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float eps, int64
 
 __global__ void rope_kernel(float* x, int64_t cols, const long long* pos, int group, const float* inv_freq, int rope_dim,
                             float scale, bool inverse) {
+    pdl_prologue();
     int64_t row = blockIdx.x;
     rope_pairs(x + row * cols, static_cast<int>(cols), pos[row / group], inv_freq, rope_dim, scale, inverse, threadIdx.x,
                blockDim.x);
@@ -72,6 +77,7 @@ __global__ void rope_kernel(float* x, int64_t cols, const long long* pos, int gr
 // rms_norm_kernel then rope_kernel on one row, in one launch (q heads and the kv row of decode).
 __global__ void rms_norm_rope_kernel(float* x, const float* w, float eps, int64_t cols, const long long* pos, int group,
                                      const float* inv_freq, int rope_dim, float scale) {
+    pdl_prologue();
     float* row = x + blockIdx.x * cols;
     float ss = 0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += row[c] * row[c];
@@ -84,15 +90,18 @@ __global__ void rms_norm_rope_kernel(float* x, const float* w, float eps, int64_
 }
 
 __global__ void gather_rows_kernel(const float* x, const int* rows, int64_t cols, float* out) {
+    pdl_prologue();
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = x[rows[blockIdx.x] * cols + c];
 }
 
 __global__ void add_kernel(const float* x, float* y, int64_t n) {
+    pdl_prologue();
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float limit, float* out, int64_t n) {
+    pdl_prologue();
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     float gv = fminf(g[i], limit), uv = fminf(fmaxf(u[i], -limit), limit);
@@ -260,18 +269,20 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
     int64_t s = gemm_parts_;
     Tensor xb = empty(DType::kBF16, {s * m, k}), partial = empty(DType::kF32, {s * m, n});
     float zero = 0.0f;
-    split_bf16_kernel<<<blocks_for(m * k, 256), 256, 0, stream_>>>(x, lda, xb.data<__nv_bfloat16>(), m, k, gemm_parts_);
+    launch_pdl(split_bf16_kernel, blocks_for(m * k, 256), 256, 0, stream_, x, lda, xb.data<__nv_bfloat16>(), m, k,
+               gemm_parts_);
     DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, s * m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
                                  CUDA_R_16BF, k, &zero, partial.raw(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    join_parts_kernel<<<blocks_for(m * n, 256), 256, 0, stream_>>>(partial.data<float>(), m, n, gemm_parts_, y, ldy,
-                                                                   accumulate);
+    launch_pdl(join_parts_kernel, blocks_for(m * n, 256), 256, 0, stream_, partial.data<float>(), m, n, gemm_parts_, y,
+               ldy, accumulate);
 }
 
 void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {
     DI_CUDA_OP("embed");
     int64_t n = ids.numel(), d = table.dim(1);
     if (n == 0) return;
-    embed_kernel<<<n, 256, 0, stream_>>>(ids.data<int>(), table.raw(), table.dtype() == DType::kBF16, d, hc, out.data<float>());
+    launch_pdl(embed_kernel, n, 256, 0, stream_, ids.data<int>(), table.raw(), table.dtype() == DType::kBF16, d, hc,
+               out.data<float>());
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
@@ -311,15 +322,16 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Ten
     DI_CUDA_OP("rms_norm");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
-    rms_norm_kernel<<<rows, 256, 0, stream_>>>(x.data<float>(), weight ? weight->data<float>() : nullptr, eps, cols, y.data<float>());
+    launch_pdl(rms_norm_kernel, rows, 256, 0, stream_, x.data<float>(), weight ? weight->data<float>() : nullptr, eps,
+               cols, y.data<float>());
 }
 
 void CudaBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope& r, bool inverse) {
     DI_CUDA_OP("rope");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
-    rope_kernel<<<rows, 32, 0, stream_>>>(x.data<float>(), cols, positions.data<long long>(), group, r.inv_freq.data<float>(),
-                                          r.rope_dim, r.scale, inverse);
+    launch_pdl(rope_kernel, rows, 32, 0, stream_, x.data<float>(), cols, positions.data<long long>(), group,
+               r.inv_freq.data<float>(), r.rope_dim, r.scale, inverse);
 }
 
 void CudaBackend::rms_norm_rope(Tensor& x, const Tensor* weight, float eps, const Tensor& positions, int group,
@@ -327,29 +339,29 @@ void CudaBackend::rms_norm_rope(Tensor& x, const Tensor* weight, float eps, cons
     DI_CUDA_OP("rms_norm_rope");
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     if (rows == 0) return;
-    rms_norm_rope_kernel<<<rows, 128, 0, stream_>>>(x.data<float>(), weight ? weight->data<float>() : nullptr, eps, cols,
-                                                    positions.data<long long>(), group, r.inv_freq.data<float>(),
-                                                    r.rope_dim, r.scale);
+    launch_pdl(rms_norm_rope_kernel, rows, 128, 0, stream_, x.data<float>(), weight ? weight->data<float>() : nullptr,
+               eps, cols, positions.data<long long>(), group, r.inv_freq.data<float>(), r.rope_dim, r.scale);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
     DI_CUDA_OP("gather_rows");
     int64_t cols = x.numel() / x.dim(0);
     if (rows.numel() == 0) return;
-    gather_rows_kernel<<<rows.numel(), 256, 0, stream_>>>(x.data<float>(), rows.data<int>(), cols, out.data<float>());
+    launch_pdl(gather_rows_kernel, rows.numel(), 256, 0, stream_, x.data<float>(), rows.data<int>(), cols,
+               out.data<float>());
 }
 
 void CudaBackend::add(const Tensor& x, Tensor& y) {
     DI_CUDA_OP("add");
     if (x.numel() == 0) return;
-    add_kernel<<<blocks_for(x.numel(), 256), 256, 0, stream_>>>(x.data<float>(), y.data<float>(), x.numel());
+    launch_pdl(add_kernel, blocks_for(x.numel(), 256), 256, 0, stream_, x.data<float>(), y.data<float>(), x.numel());
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
     DI_CUDA_OP("swiglu");
     if (gate.numel() == 0) return;
-    swiglu_kernel<<<blocks_for(gate.numel(), 256), 256, 0, stream_>>>(gate.data<float>(), up.data<float>(), limit,
-                                                                        out.data<float>(), gate.numel());
+    launch_pdl(swiglu_kernel, blocks_for(gate.numel(), 256), 256, 0, stream_, gate.data<float>(), up.data<float>(),
+               limit, out.data<float>(), gate.numel());
 }
 
 }  // namespace deepinfer::kernels::cuda

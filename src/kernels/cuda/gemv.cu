@@ -30,6 +30,7 @@ struct GemvArgs {
 
 template <int M>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+    pdl_prologue();
     int pi = 0;
     while (pi + 1 < a.num_parts && static_cast<int>(blockIdx.x) >= a.parts[pi + 1].first_block) ++pi;
     const Part& part = a.parts[pi];
@@ -83,16 +84,9 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
         a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, blocks};
         blocks += blocks_for(p.w->dim(0), kRows);
     }
-    switch (m) {
-        case 1: gemv_kernel<1><<<blocks, kThreads, 0, stream_>>>(a); break;
-        case 2: gemv_kernel<2><<<blocks, kThreads, 0, stream_>>>(a); break;
-        case 3: gemv_kernel<3><<<blocks, kThreads, 0, stream_>>>(a); break;
-        case 4: gemv_kernel<4><<<blocks, kThreads, 0, stream_>>>(a); break;
-        case 5: gemv_kernel<5><<<blocks, kThreads, 0, stream_>>>(a); break;
-        case 6: gemv_kernel<6><<<blocks, kThreads, 0, stream_>>>(a); break;
-        case 7: gemv_kernel<7><<<blocks, kThreads, 0, stream_>>>(a); break;
-        default: gemv_kernel<8><<<blocks, kThreads, 0, stream_>>>(a); break;
-    }
+    static constexpr void (*kByRows[])(GemvArgs) = {gemv_kernel<1>, gemv_kernel<2>, gemv_kernel<3>, gemv_kernel<4>,
+                                                      gemv_kernel<5>, gemv_kernel<6>, gemv_kernel<7>, gemv_kernel<8>};
+    launch_pdl(kByRows[m - 1], blocks, kThreads, 0, stream_, a);
     return true;
 }
 

@@ -18,6 +18,7 @@ __device__ void weighted_stream_sum(const float* x, const float* w, int hc, int6
 }
 
 __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float* y) {
+    pdl_prologue();
     const float* in = x + blockIdx.x * width;
     float ss = 0;
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += in[c] * in[c];
@@ -34,6 +35,7 @@ constexpr int kSplitCols = 1024;
 
 template <int W>
 __global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, const float* fn, int64_t width, float* parts) {
+    pdl_prologue();
     int split = blockIdx.x, splits = gridDim.x;
     int64_t token = blockIdx.y, col = split * int64_t{kSplitCols} + threadIdx.x * 4;
     float acc[W + 1] = {};
@@ -65,6 +67,7 @@ __global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, cons
 __global__ void hc_pre_kernel(const float* streams, const float* mixes, int splits, float norm_eps, const float* base,
                               const float* scale, int hc, int64_t d, int iters, float hc_eps, float* collapsed,
                               float* pre_out, float* post, float* comb, const float* norm_w, float norm_w_eps) {
+    pdl_prologue();
     int64_t n = blockIdx.x;
     int width = (2 + hc) * hc;
     __shared__ float m[(2 + kMaxHc) * kMaxHc];
@@ -136,6 +139,7 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
 }
 
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
+    pdl_prologue();
     int64_t n = blockIdx.x;
     float* x = streams + n * hc * d;
     for (int64_t e = blockIdx.y * blockDim.x + threadIdx.x; e < d; e += gridDim.y * blockDim.x) {
@@ -151,6 +155,7 @@ __global__ void hc_post_kernel(float* streams, const float* y, const float* post
 
 __global__ void hc_head_kernel(const float* streams, const float* mixes, const float* base, const float* scale, int hc,
                                int64_t d, float hc_eps, float* out) {
+    pdl_prologue();
     int64_t n = blockIdx.x;
     __shared__ float pre[kMaxHc];
     if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf(mixes[n * hc + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
@@ -192,26 +197,26 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxSplitTokens && (p.hc * d) % 4 == 0) {
         splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
         mixes = empty(DType::kF32, {n, splits, width + 1});
-        hc_dots_kernel<24><<<dim3(splits, n), 256, 0, stream()>>>(streams.data<float>(), fn.data<float>(), p.hc * d,
-                                                                  mixes.data<float>());
+        launch_pdl(hc_dots_kernel<24>, dim3(splits, n), 256, 0, stream(), streams.data<float>(), fn.data<float>(),
+                   p.hc * d, mixes.data<float>());
     } else {
         Tensor flat = empty(DType::kF32, {n, p.hc * d});
         mixes = empty(DType::kF32, {n, width});
-        rms_flat_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
+        launch_pdl(rms_flat_kernel, n, 256, 0, stream(), streams.data<float>(), p.hc * d, p.norm_eps,
+                   flat.data<float>());
         gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
     }
-    hc_pre_kernel<<<n, 512, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), splits, p.norm_eps, base.data<float>(),
-                                           scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
-                                           post.data<float>(), comb.data<float>(), norm.weight, norm.eps);
+    launch_pdl(hc_pre_kernel, n, 512, 0, stream(), streams.data<float>(), mixes.data<float>(), splits, p.norm_eps,
+               base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
+               post.data<float>(), comb.data<float>(), norm.weight, norm.eps);
 }
 
 void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) {
     DI_CUDA_OP("hc_post");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
-    hc_post_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(streams.data<float>(), y.data<float>(),
-                                                                       post.data<float>(), comb.data<float>(),
-                                                                       static_cast<int>(hc), d);
+    launch_pdl(hc_post_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), streams.data<float>(), y.data<float>(),
+               post.data<float>(), comb.data<float>(), static_cast<int>(hc), d);
 }
 
 void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
@@ -220,10 +225,10 @@ void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor&
     int64_t n = streams.dim(0), d = streams.dim(2);
     if (n == 0) return;
     Tensor flat = empty(DType::kF32, {n, p.hc * d}), mixes = empty(DType::kF32, {n, static_cast<int64_t>(p.hc)});
-    rms_flat_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
+    launch_pdl(rms_flat_kernel, n, 256, 0, stream(), streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
     gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), p.hc, n);
-    hc_head_kernel<<<n, 128, 0, stream()>>>(streams.data<float>(), mixes.data<float>(), base.data<float>(), scale.data<float>(),
-                                            p.hc, d, p.hc_eps, out.data<float>());
+    launch_pdl(hc_head_kernel, n, 128, 0, stream(), streams.data<float>(), mixes.data<float>(), base.data<float>(),
+               scale.data<float>(), p.hc, d, p.hc_eps, out.data<float>());
 }
 
 }  // namespace deepinfer::kernels::cuda

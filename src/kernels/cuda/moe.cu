@@ -22,6 +22,7 @@ __device__ float route_score(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf
 // repeated warp-wide argmax of score + bias (ties to the lower id); weights from the plain scores.
 __global__ void route_kernel(const float* logits, const float* bias, const void* tid2eid, bool tid64, const int* tokens,
                              int64_t n, int experts, int top_k, float scaling, int* ids, float* weights) {
+    pdl_prologue();
     int lane = threadIdx.x % 32;
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
     if (i >= n) return;
@@ -73,6 +74,7 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
 // Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
 __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, int top_k, int d, int inter,
                               float limit, float* h) {
+    pdl_prologue();
     int pair = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const float* xt = x + static_cast<long long>(pair / top_k) * d;
     ExpertRows e = ex[ids[pair]];
@@ -96,6 +98,7 @@ __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* 
 // out[token, r] += Σ_slot weight[token, slot] * w2_r · h[(token, slot)].
 __global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex, int top_k,
                                 int d, int inter, float* out) {
+    pdl_prologue();
     int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     for (int r = blockIdx.y * warps + threadIdx.x / 32; r < d; r += gridDim.y * warps) {
         float acc = 0;  // one reduction for all slots: each slot's weight scales its products
@@ -115,11 +118,13 @@ __global__ void moe_down_kernel(const float* h, const int* ids, const float* wei
 }
 
 __global__ void gather_kernel(const float* x, const int* rows, int64_t d, float* out) {
+    pdl_prologue();
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = x[rows[blockIdx.x] * d + c];
 }
 
 // out[token] += weight * y[r] for the expert's rows (one token appears once per expert).
 __global__ void scatter_kernel(const float* y, const int* rows, const float* w, int64_t d, float* out) {
+    pdl_prologue();
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[rows[blockIdx.x] * d + c] += w[blockIdx.x] * y[blockIdx.x * d + c];
 }
 
@@ -131,10 +136,10 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tens
     int64_t n = logits.dim(0);
     if (n == 0) return;
     DI_CUDA_REQUIRE(logits.dim(1) <= 32 * kMaxExpertsPerLane, "cuda moe_route: more than 1024 experts");
-    route_kernel<<<blocks_for(n, 4), 128, 0, stream()>>>(
-        logits.data<float>(), bias ? bias->data<float>() : nullptr, tid2eid ? tid2eid->raw() : nullptr,
-        tid2eid && tid2eid->dtype() == DType::kI64, token_ids ? token_ids->data<int>() : nullptr, n,
-        static_cast<int>(logits.dim(1)), top_k, scaling, ids.data<int>(), weights.data<float>());
+    launch_pdl(route_kernel, blocks_for(n, 4), 128, 0, stream(), logits.data<float>(),
+               bias ? bias->data<float>() : nullptr, tid2eid ? tid2eid->raw() : nullptr,
+               tid2eid && tid2eid->dtype() == DType::kI64, token_ids ? token_ids->data<int>() : nullptr, n,
+               static_cast<int>(logits.dim(1)), top_k, scaling, ids.data<int>(), weights.data<float>());
 }
 
 // The experts' row pointers on the device, uploaded again only when the weights change.
@@ -179,11 +184,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         int warps = 8;
         Tensor h = empty(DType::kF32, {n * top_k, inter});
         dim3 up(static_cast<unsigned>(n * top_k), static_cast<unsigned>((inter + warps - 1) / warps));  // a row per warp
-        moe_up_kernel<<<up, 32 * warps, 0, stream()>>>(x.data<float>(), ids.data<int>(), rows_dev, static_cast<int>(top_k),
-                                                       static_cast<int>(d), inter, limit, h.data<float>());
+        launch_pdl(moe_up_kernel, up, 32 * warps, 0, stream(), x.data<float>(), ids.data<int>(), rows_dev,
+                   static_cast<int>(top_k), static_cast<int>(d), inter, limit, h.data<float>());
         dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + warps - 1) / warps));
-        moe_down_kernel<<<down, 32 * warps, 0, stream()>>>(h.data<float>(), ids.data<int>(), weights.data<float>(), rows_dev,
-                                                           static_cast<int>(top_k), static_cast<int>(d), inter, out.data<float>());
+        launch_pdl(moe_down_kernel, down, 32 * warps, 0, stream(), h.data<float>(), ids.data<int>(),
+                   weights.data<float>(), rows_dev, static_cast<int>(top_k), static_cast<int>(d), inter,
+                   out.data<float>());
         return;
     }
     std::vector<int> h_ids(n * top_k);
@@ -218,13 +224,13 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         copy_to_device(meta.data<int>() + m, wts[e].data(), m * sizeof(float));
         Tensor xe = empty(DType::kF32, {m, d}), g = empty(DType::kF32, {m, inter}), u = empty(DType::kF32, {m, inter});
         Tensor ye = empty(DType::kF32, {m, d});
-        gather_kernel<<<m, 256, 0, stream()>>>(x.data<float>(), meta.data<int>(), d, xe.data<float>());
+        launch_pdl(gather_kernel, m, 256, 0, stream(), x.data<float>(), meta.data<int>(), d, xe.data<float>());
         gemm(xe.data<float>(), d, experts[e].w1, g.data<float>(), inter, m);
         gemm(xe.data<float>(), d, experts[e].w3, u.data<float>(), inter, m);
         swiglu(g, u, limit, g);
         gemm(g.data<float>(), inter, experts[e].w2, ye.data<float>(), d, m);
-        scatter_kernel<<<m, 256, 0, stream()>>>(ye.data<float>(), meta.data<int>(),
-                                                reinterpret_cast<const float*>(meta.data<int>() + m), d, out.data<float>());
+        launch_pdl(scatter_kernel, m, 256, 0, stream(), ye.data<float>(), meta.data<int>(),
+                   reinterpret_cast<const float*>(meta.data<int>() + m), d, out.data<float>());
     }
 }
 

@@ -36,6 +36,7 @@ __device__ inline float join(const float* src, const RowInfo& r, int parts, int6
 }
 
 __global__ void gather_split_kernel(const float* x, const RowInfo* rows, int64_t d, int parts, __nv_bfloat16* xb) {
+    pdl_prologue();
     RowInfo r = rows[blockIdx.x];
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
         store_parts(x[r.token * d + c], parts, xb + r.base * d + c, r.m * d);
@@ -43,6 +44,7 @@ __global__ void gather_split_kernel(const float* x, const RowInfo* rows, int64_t
 
 __global__ void join_swiglu_split_kernel(const float* g, const float* u, const RowInfo* rows, int64_t inter, int parts,
                                          float limit, __nv_bfloat16* hb) {
+    pdl_prologue();
     RowInfo r = rows[blockIdx.x];
     for (int64_t j = threadIdx.x; j < inter; j += blockDim.x) {
         float gv = fminf(join(g, r, parts, inter, j), limit);
@@ -52,12 +54,14 @@ __global__ void join_swiglu_split_kernel(const float* g, const float* u, const R
 }
 
 __global__ void join_rows_kernel(const float* c, const RowInfo* rows, int64_t d, int parts, float* y) {
+    pdl_prologue();
     RowInfo r = rows[blockIdx.x];
     for (int64_t col = threadIdx.x; col < d; col += blockDim.x) y[blockIdx.x * d + col] = r.weight * join(c, r, parts, d, col);
 }
 
 // out[t] += Σ_j y[token_rows[t, j]] (rows in expert order, -1 = none).
 __global__ void combine_rows_kernel(const float* y, const int* token_rows, int per_token, int64_t d, float* out) {
+    pdl_prologue();
     int64_t t = blockIdx.x;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
         float v = 0;
@@ -128,7 +132,8 @@ void CudaBackend::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_exper
     Tensor xb = empty(DType::kBF16, {parts * total, d}), g = empty(DType::kF32, {parts * total, inter});
     Tensor u = empty(DType::kF32, {parts * total, inter}), hb = empty(DType::kBF16, {parts * total, inter});
     Tensor c = empty(DType::kF32, {parts * total, d}), y = empty(DType::kF32, {total, d});
-    gather_split_kernel<<<total, 256, 0, stream()>>>(x.data<float>(), drows, d, parts, xb.data<__nv_bfloat16>());
+    launch_pdl(gather_split_kernel, total, 256, 0, stream(), x.data<float>(), drows, d, parts,
+               xb.data<__nv_bfloat16>());
     std::vector<ExpertGemm> up, gate, down;
     for (size_t e = 0; e < experts.size(); ++e) {
         int m = static_cast<int>(tokens[e].size()) * parts;
@@ -143,11 +148,11 @@ void CudaBackend::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_exper
     }
     expert_gemms(gate);
     expert_gemms(up);
-    join_swiglu_split_kernel<<<total, 256, 0, stream()>>>(g.data<float>(), u.data<float>(), drows, inter, parts, limit,
-                                                          hb.data<__nv_bfloat16>());
+    launch_pdl(join_swiglu_split_kernel, total, 256, 0, stream(), g.data<float>(), u.data<float>(), drows, inter, parts,
+               limit, hb.data<__nv_bfloat16>());
     expert_gemms(down);
-    join_rows_kernel<<<total, 256, 0, stream()>>>(c.data<float>(), drows, d, parts, y.data<float>());
-    combine_rows_kernel<<<n, 256, 0, stream()>>>(y.data<float>(), dtoken_rows, top_k, d, out.data<float>());
+    launch_pdl(join_rows_kernel, total, 256, 0, stream(), c.data<float>(), drows, d, parts, y.data<float>());
+    launch_pdl(combine_rows_kernel, n, 256, 0, stream(), y.data<float>(), dtoken_rows, top_k, d, out.data<float>());
 }
 
 }  // namespace deepinfer::kernels::cuda

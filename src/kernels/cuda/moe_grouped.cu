@@ -15,6 +15,7 @@ constexpr int kUpRows = 2;    // rows of w1 and of w3 per block
 constexpr int kDownRows = 4;  // rows of w2 per block
 
 __global__ void group_pairs_kernel(const int* ids, int pairs, int experts, int* order, int* offsets) {
+    pdl_prologue();
     for (int e = threadIdx.x; e < experts; e += blockDim.x) {
         int count = 0;
         for (int p = 0; p < pairs; ++p) count += ids[p] == e;
@@ -68,6 +69,7 @@ __device__ void block_sums(const float (&v)[N], float* out) {
 __global__ void __launch_bounds__(kThreads) moe_up_grouped_kernel(const float* x, int d, const int* order, const int* offsets,
                                                                   const ExpertRows* ex, int top_k, int inter, float limit,
                                                                   float* h) {
+    pdl_prologue();
     constexpr int R = 2 * kUpRows, M = kPairsPerPass;
     int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * kUpRows;
     if (begin == end) return;
@@ -97,6 +99,7 @@ __global__ void __launch_bounds__(kThreads) moe_up_grouped_kernel(const float* x
 __global__ void __launch_bounds__(kThreads) moe_down_grouped_kernel(const float* h, const int* order, const int* offsets,
                                                                     const ExpertRows* ex, const float* weights, int d,
                                                                     int inter, float* y) {
+    pdl_prologue();
     constexpr int R = kDownRows, M = kPairsPerPass;
     int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * R;
     if (begin == end) return;
@@ -120,6 +123,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_grouped_kernel(const float*
 
 // out[token] += Σ_slot y[(token, slot)], in slot order.
 __global__ void moe_combine_kernel(const float* y, int top_k, int64_t d, float* out) {
+    pdl_prologue();
     int64_t token = blockIdx.x;
     for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < d; c += gridDim.y * blockDim.x) {
         float v = 0;
@@ -136,14 +140,15 @@ void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const 
     Tensor index = empty(DType::kI32, {pairs + experts + 1});
     int* order = index.data<int>();
     int* offsets = order + pairs;
-    group_pairs_kernel<<<1, 1024, 0, stream()>>>(ids.data<int>(), static_cast<int>(pairs), experts, order, offsets);
+    launch_pdl(group_pairs_kernel, 1, 1024, 0, stream(), ids.data<int>(), static_cast<int>(pairs), experts, order,
+               offsets);
     Tensor h = empty(DType::kF32, {pairs, inter}), y = empty(DType::kF32, {pairs, d});
-    moe_up_grouped_kernel<<<dim3(experts, blocks_for(inter, kUpRows)), kThreads, 0, stream()>>>(
-        x.data<float>(), static_cast<int>(d), order, offsets, rows, static_cast<int>(top_k), inter, limit, h.data<float>());
-    moe_down_grouped_kernel<<<dim3(experts, blocks_for(d, kDownRows)), kThreads, 0, stream()>>>(
-        h.data<float>(), order, offsets, rows, weights.data<float>(), static_cast<int>(d), inter, y.data<float>());
-    moe_combine_kernel<<<dim3(n, blocks_for(d, 256)), 256, 0, stream()>>>(y.data<float>(), static_cast<int>(top_k), d,
-                                                                           out.data<float>());
+    launch_pdl(moe_up_grouped_kernel, dim3(experts, blocks_for(inter, kUpRows)), kThreads, 0, stream(), x.data<float>(),
+               static_cast<int>(d), order, offsets, rows, static_cast<int>(top_k), inter, limit, h.data<float>());
+    launch_pdl(moe_down_grouped_kernel, dim3(experts, blocks_for(d, kDownRows)), kThreads, 0, stream(), h.data<float>(),
+               order, offsets, rows, weights.data<float>(), static_cast<int>(d), inter, y.data<float>());
+    launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
+               static_cast<int>(top_k), d, out.data<float>());
 }
 
 }  // namespace deepinfer::kernels::cuda

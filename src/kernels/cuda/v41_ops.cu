@@ -18,6 +18,7 @@ Tensor to_device(CudaBackend& b, const std::vector<T>& v, DType dtype) {
 
 // out[n] = Σ_j pre[n, j] * streams[n, j] (one block per token).
 __global__ void hc_collapse_kernel(const float* streams, const float* pre, int hc, long long d, float* out) {
+    pdl_prologue();
     long long n = blockIdx.x;
     for (long long e = threadIdx.x; e < d; e += blockDim.x) {
         float acc = 0;
@@ -27,6 +28,7 @@ __global__ void hc_collapse_kernel(const float* streams, const float* pre, int h
 }
 
 __global__ void fake_quantize_kernel(float* x, long long blocks, QuantFormat f) {
+    pdl_prologue();
     long long b = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
     if (b < blocks) quant::quantize_block(f, x + b * quant::block_of(f), quant::block_of(f));
 }
@@ -42,6 +44,7 @@ struct PoolGroup {
 
 __global__ void pool_groups_kernel(const float* kv, const float* gate, const float* carry, const PoolGroup* groups,
                                    int rate, int dim, float* out) {
+    pdl_prologue();
     PoolGroup g = groups[blockIdx.x];
     for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) {
         float mx = -INFINITY, sum = 0, acc = 0;
@@ -66,6 +69,7 @@ __global__ void pool_groups_kernel(const float* kv, const float* gate, const flo
 
 // carry[state, pos % rate] = kv | gate of one token (the last `rate` tokens of each slice).
 __global__ void pool_carry_kernel(const float* kv, const float* gate, const long long* targets, int dim, float* carry) {
+    pdl_prologue();
     long long row = targets[2 * blockIdx.x], slot = targets[2 * blockIdx.x + 1];
     for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) {
         carry[slot * 2 * dim + ch] = kv[row * dim + ch];
@@ -74,12 +78,14 @@ __global__ void pool_carry_kernel(const float* kv, const float* gate, const long
 }
 
 __global__ void copy_rows_kernel(const float* rows, const long long* dest, int dim, float* pool) {
+    pdl_prologue();
     if (dest[blockIdx.x] < 0) return;  // a row that is not stored
     for (int c = threadIdx.x; c < dim; c += blockDim.x) pool[dest[blockIdx.x] * dim + c] = rows[blockIdx.x * static_cast<long long>(dim) + c];
 }
 
 // Entries outside a row's candidate blocks leave the competition (-inf).
 __global__ void mark_candidates_kernel(const int* cand, int c, int max_blocks, unsigned char* marks) {
+    pdl_prologue();
     int row = blockIdx.x;
     for (int i = threadIdx.x; i < c; i += blockDim.x) {
         int b = cand[static_cast<long long>(row) * c + i];
@@ -89,6 +95,7 @@ __global__ void mark_candidates_kernel(const int* cand, int c, int max_blocks, u
 
 __global__ void mask_scores_kernel(float* scores, long long ld, const int* visible, const unsigned char* marks,
                                    int max_blocks, int block) {
+    pdl_prologue();
     int row = blockIdx.x;
     for (long long e = threadIdx.x; e < visible[row]; e += blockDim.x)
         if (!marks[static_cast<long long>(row) * max_blocks + e / block]) scores[row * ld + e] = -INFINITY;
@@ -97,6 +104,7 @@ __global__ void mask_scores_kernel(float* scores, long long ld, const int* visib
 // Block score = best visible entry; the block of the newest visible entry is pinned (+inf).
 __global__ void block_scores_kernel(const float* scores, long long ld, const int* visible, int block, int max_blocks,
                                     float* out, int* counts) {
+    pdl_prologue();
     int row = blockIdx.x;
     int nb = (visible[row] + block - 1) / block;
     for (int b = threadIdx.x; b < nb; b += blockDim.x) {
@@ -110,6 +118,7 @@ __global__ void block_scores_kernel(const float* scores, long long ld, const int
 
 // Top-k of scores[row, 0:counts[row]] (ties to the lower index), -1 padded; consumes scores.
 __global__ void topk_rows_kernel(float* scores, long long ld, const int* counts, int k, int* out) {
+    pdl_prologue();
     int row = blockIdx.x;
     float* sc = scores + row * ld;
     for (int t = 0; t < k; ++t) {
@@ -128,6 +137,7 @@ __global__ void topk_rows_kernel(float* scores, long long ld, const int* counts,
 
 // One block per (token, stream): the normalised stream . key decides how much of the value enters.
 __global__ void engram_gate_kernel(float* streams, const float* kv, const float* weight, int hc, int d, float eps) {
+    pdl_prologue();
     long long n = blockIdx.x / hc;
     int j = blockIdx.x % hc;
     float* h = streams + (n * hc + j) * d;
@@ -155,8 +165,8 @@ void CudaBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& 
     DI_CUDA_OP("hc_collapse");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
-    hc_collapse_kernel<<<n, 256, 0, stream()>>>(streams.data<float>(), pre.data<float>(), static_cast<int>(hc), d,
-                                                out.data<float>());
+    launch_pdl(hc_collapse_kernel, n, 256, 0, stream(), streams.data<float>(), pre.data<float>(), static_cast<int>(hc),
+               d, out.data<float>());
 }
 
 void CudaBackend::fake_quantize(Tensor& x, QuantFormat f) {
@@ -164,7 +174,7 @@ void CudaBackend::fake_quantize(Tensor& x, QuantFormat f) {
     int64_t cols = x.dim(-1), block = quant::block_of(f);
     if (x.numel() == 0 || cols % block != 0) return;
     long long blocks = x.numel() / block;
-    fake_quantize_kernel<<<blocks_for(blocks, 128), 128, 0, stream()>>>(x.data<float>(), blocks, f);
+    launch_pdl(fake_quantize_kernel, blocks_for(blocks, 128), 128, 0, stream(), x.data<float>(), blocks, f);
 }
 
 void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
@@ -184,14 +194,13 @@ void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a)
     if (!groups.empty()) {
         Tensor dg = empty(DType::kU8, {static_cast<int64_t>(groups.size() * sizeof(PoolGroup))});
         copy_to_device(dg.raw(), groups.data(), groups.size() * sizeof(PoolGroup));
-        pool_groups_kernel<<<groups.size(), 128, 0, stream()>>>(a.kv.data<float>(), a.gate.data<float>(), a.carry.data<float>(),
-                                                                static_cast<const PoolGroup*>(dg.raw()), rate, dim,
-                                                                a.out.data<float>());
+        launch_pdl(pool_groups_kernel, groups.size(), 128, 0, stream(), a.kv.data<float>(), a.gate.data<float>(),
+                   a.carry.data<float>(), static_cast<const PoolGroup*>(dg.raw()), rate, dim, a.out.data<float>());
     }
     if (!carry_targets.empty()) {  // after pooling: the pool kernel reads the slots these overwrite
         Tensor dt = to_device(*this, carry_targets, DType::kI64);
-        pool_carry_kernel<<<carry_targets.size() / 2, 128, 0, stream()>>>(a.kv.data<float>(), a.gate.data<float>(),
-                                                                          dt.data<long long>(), dim, a.carry.data<float>());
+        launch_pdl(pool_carry_kernel, carry_targets.size() / 2, 128, 0, stream(), a.kv.data<float>(),
+                   a.gate.data<float>(), dt.data<long long>(), dim, a.carry.data<float>());
     }
 }
 
@@ -210,8 +219,8 @@ void CudaBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& 
         dest.push_back(static_cast<long long>(table[s.entry / block]) * block + s.entry % block);
     }
     Tensor dd = to_device(*this, dest, DType::kI64);
-    copy_rows_kernel<<<slots.size(), 128, 0, stream()>>>(rows.data<float>(), dd.data<long long>(), static_cast<int>(dim),
-                                                         store.pool.data<float>());
+    launch_pdl(copy_rows_kernel, slots.size(), 128, 0, stream(), rows.data<float>(), dd.data<long long>(),
+               static_cast<int>(dim), store.pool.data<float>());
 }
 
 // The two-level selection around the entry top-k: entries outside candidates_in drop out, and
@@ -227,16 +236,17 @@ void CudaBackend::candidate_stage(std::span<const SeqSlice> seqs, const IndexerA
     if (a.candidates_in.defined()) {
         Tensor marks = zeros(DType::kU8, {static_cast<int64_t>(n) * max_blocks});
         int c = static_cast<int>(a.candidates_in.dim(1));
-        mark_candidates_kernel<<<n, 128, 0, stream()>>>(a.candidates_in.data<int>(), c, max_blocks, marks.data<unsigned char>());
-        mask_scores_kernel<<<n, 256, 0, stream()>>>(scores.data<float>(), ld, dv.data<int>(), marks.data<unsigned char>(),
-                                                    max_blocks, bs);
+        launch_pdl(mark_candidates_kernel, n, 128, 0, stream(), a.candidates_in.data<int>(), c, max_blocks,
+                   marks.data<unsigned char>());
+        launch_pdl(mask_scores_kernel, n, 256, 0, stream(), scores.data<float>(), ld, dv.data<int>(),
+                   marks.data<unsigned char>(), max_blocks, bs);
     }
     if (a.candidates_out.defined()) {
         Tensor bscores = empty(DType::kF32, {n, max_blocks}), counts = empty(DType::kI32, {n});
-        block_scores_kernel<<<n, 128, 0, stream()>>>(scores.data<float>(), ld, dv.data<int>(), bs, max_blocks,
-                                                     bscores.data<float>(), counts.data<int>());
-        topk_rows_kernel<<<n, 128, 0, stream()>>>(bscores.data<float>(), max_blocks, counts.data<int>(),
-                                                  static_cast<int>(a.candidates_out.dim(1)), a.candidates_out.data<int>());
+        launch_pdl(block_scores_kernel, n, 128, 0, stream(), scores.data<float>(), ld, dv.data<int>(), bs, max_blocks,
+                   bscores.data<float>(), counts.data<int>());
+        launch_pdl(topk_rows_kernel, n, 128, 0, stream(), bscores.data<float>(), max_blocks, counts.data<int>(),
+                   static_cast<int>(a.candidates_out.dim(1)), a.candidates_out.data<int>());
     }
 }
 
@@ -244,8 +254,8 @@ void CudaBackend::engram_gate(Tensor& streams, const Tensor& kv, const Tensor& w
     DI_CUDA_OP("engram_gate");
     int64_t n = streams.dim(0), hc = streams.dim(1), d = streams.dim(2);
     if (n == 0) return;
-    engram_gate_kernel<<<n * hc, 256, 0, stream()>>>(streams.data<float>(), kv.data<float>(), weight.data<float>(),
-                                                     static_cast<int>(hc), static_cast<int>(d), eps);
+    launch_pdl(engram_gate_kernel, n * hc, 256, 0, stream(), streams.data<float>(), kv.data<float>(),
+               weight.data<float>(), static_cast<int>(hc), static_cast<int>(d), eps);
 }
 
 }  // namespace deepinfer::kernels::cuda
