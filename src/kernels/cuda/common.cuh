@@ -127,9 +127,9 @@ __device__ inline void rope_pairs(float* x, int cols, long long pos, const float
     float* r = x + cols - rope_dim;
     for (int i = tid; i < rope_dim / 2; i += nthreads) {
         float angle = static_cast<float>(pos) * inv_freq[i];
-        double sd, cd;
-        sincos(static_cast<double>(angle), &sd, &cd);
-        float c = static_cast<float>(cd) * scale, s = static_cast<float>(sd) * scale;
+        float sn, cs;
+        sincosf(angle, &sn, &cs);  // full range reduction (no fast math): within an ulp for any position
+        float c = cs * scale, s = sn * scale;
         if (inverse) s = -s;
         float a = r[2 * i], b = r[2 * i + 1];
         r[2 * i] = a * c - b * s;

@@ -94,18 +94,19 @@ __global__ void gather_rows_kernel(const float* x, const int* rows, int64_t cols
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = x[rows[blockIdx.x] * cols + c];
 }
 
+// Element-wise kernels stride over the tensor with a grid of a few waves (see elementwise_blocks).
 __global__ void add_kernel(const float* x, float* y, int64_t n) {
     pdl_prologue();
-    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i < n) y[i] += x[i];
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        y[i] += x[i];
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float limit, float* out, int64_t n) {
     pdl_prologue();
-    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i >= n) return;
-    float gv = fminf(g[i], limit), uv = fminf(fmaxf(u[i], -limit), limit);
-    out[i] = gv / (1.0f + expf(-gv)) * uv;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float gv = fminf(g[i], limit), uv = fminf(fmaxf(u[i], -limit), limit);
+        out[i] = gv / (1.0f + expf(-gv)) * uv;
+    }
 }
 
 }  // namespace
@@ -277,6 +278,11 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
                ldy, accumulate);
 }
 
+int CudaBackend::elementwise_blocks(int64_t n) const {
+    // A block start costs about as much as a few hundred elements; a few waves keep every SM busy.
+    return std::min(blocks_for(n, 256), sm_count_ * 16);
+}
+
 void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {
     DI_CUDA_OP("embed");
     int64_t n = ids.numel(), d = table.dim(1);
@@ -354,13 +360,13 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) 
 void CudaBackend::add(const Tensor& x, Tensor& y) {
     DI_CUDA_OP("add");
     if (x.numel() == 0) return;
-    launch_pdl(add_kernel, blocks_for(x.numel(), 256), 256, 0, stream_, x.data<float>(), y.data<float>(), x.numel());
+    launch_pdl(add_kernel, elementwise_blocks(x.numel()), 256, 0, stream_, x.data<float>(), y.data<float>(), x.numel());
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
     DI_CUDA_OP("swiglu");
     if (gate.numel() == 0) return;
-    launch_pdl(swiglu_kernel, blocks_for(gate.numel(), 256), 256, 0, stream_, gate.data<float>(), up.data<float>(),
+    launch_pdl(swiglu_kernel, elementwise_blocks(gate.numel()), 256, 0, stream_, gate.data<float>(), up.data<float>(),
                limit, out.data<float>(), gate.numel());
 }
 

@@ -140,6 +140,8 @@ public:
     Tensor scratch(DType dtype, std::vector<int64_t> shape) { return empty(dtype, std::move(shape)); }
 
 private:
+    // Grid for 256-thread element-wise kernels that stride over n elements.
+    int elementwise_blocks(int64_t n) const;
     // hc_pre / hc_mix / hc_pre_norm: collapsed (or pre) + post + comb; with a norm weight the
     // collapsed rows are RMS-normalised and weighted in the same kernel.
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
@@ -178,6 +180,7 @@ private:
     std::unique_ptr<GraphRecorder> graphs_;  // on stream_; destroyed before it
     void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
+    int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_kernel<m>, looked up once
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;

@@ -31,10 +31,11 @@ __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float*
 // Block (split, token) covers kSplitCols columns of the flat streams and writes W dot products
 // with fn's rows and the sum of squares; hc_pre_kernel adds the splits in order and scales by
 // the RMS (x·fn / rms equals (x / rms)·fn, so no normalised copy is needed).
-constexpr int kSplitCols = 1024;
+constexpr int kDotsThreads = 128;
+constexpr int kSplitCols = kDotsThreads * 4;  // a float4 per thread: 16 splits for hc 4 x 2048
 
 template <int W>
-__global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, const float* fn, int64_t width, float* parts) {
+__global__ void __launch_bounds__(kDotsThreads) hc_dots_kernel(const float* streams, const float* fn, int64_t width, float* parts) {
     pdl_prologue();
     int split = blockIdx.x, splits = gridDim.x;
     int64_t token = blockIdx.y, col = split * int64_t{kSplitCols} + threadIdx.x * 4;
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, cons
             acc[j] = x.x * f.x + x.y * f.y + x.z * f.z + x.w * f.w;
         }
     }
-    __shared__ float red[8][W + 1];
+    __shared__ float red[kDotsThreads / 32][W + 1];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int j = 0; j <= W; ++j) {
         float v = warp_sum(acc[j]);
@@ -56,9 +57,51 @@ __global__ void __launch_bounds__(256) hc_dots_kernel(const float* streams, cons
     __syncthreads();
     if (threadIdx.x <= W) {
         float v = 0;
-        for (int w = 0; w < 8; ++w) v += red[w][threadIdx.x];
+        for (int w = 0; w < kDotsThreads / 32; ++w) v += red[w][threadIdx.x];
         parts[(token * splits + split) * (W + 1) + threadIdx.x] = v;
     }
+}
+
+// post and comb of one token from its mixes `m`, on one warp: lane (j, k) = (lane / hc, lane % hc)
+// owns comb[j][k]; row softmax, then Sinkhorn normalisation (columns, then rows and columns
+// alternating). Divisions are fast reciprocals (2 ulp): the loop is latency-bound.
+__device__ void sinkhorn_warp(const float* m, const float* base, const float* scale, int hc, int iters, float hc_eps,
+                              float* post, float* comb) {
+    int lane = threadIdx.x;
+    if (lane < hc) post[lane] = 2.0f * sigmoidf(m[hc + lane] * scale[1] + base[hc + lane]);
+    bool owner = lane < hc * hc;  // the other lanes follow element 0 and write nothing
+    int e = owner ? lane : 0, j = e / hc, k = e % hc;
+    auto logit = [&](int jj, int kk) { return m[2 * hc + jj * hc + kk] * scale[2] + base[2 * hc + jj * hc + kk]; };
+    // Sums over the row's / column's lanes. For hc = 4 (lane = 4j + k) two butterfly steps each,
+    // (a+b)+(c+d); otherwise in index order, as a serial loop adds them.
+    bool four = hc == 4;
+    auto row_sum = [&](float v) {
+        if (four) {
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            return v + __shfl_xor_sync(0xffffffffu, v, 2);
+        }
+        float s = 0;
+        for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(0xffffffffu, v, j * hc + kk);
+        return s;
+    };
+    auto column_sum = [&](float v) {
+        if (four) {
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            return v + __shfl_xor_sync(0xffffffffu, v, 8);
+        }
+        float s = 0;
+        for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(0xffffffffu, v, jj * hc + k);
+        return s;
+    };
+    float mx = -INFINITY;
+    for (int kk = 0; kk < hc; ++kk) mx = fmaxf(mx, logit(j, kk));
+    float c = expf(logit(j, k) - mx);
+    c = __fdividef(c, row_sum(c)) + hc_eps;
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0) c = __fdividef(c, row_sum(c) + hc_eps);
+        c = __fdividef(c, column_sum(c) + hc_eps);
+    }
+    if (owner) comb[e] = c;
 }
 
 // One block per token: pre / post / comb from the mixes, then the collapsed input (or, for the
@@ -85,57 +128,36 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
         }
     }
     __syncthreads();
-    __shared__ float pre[kMaxHc];
-    if (threadIdx.x < 32) {  // one warp: lane (j, k) = (lane / hc, lane % hc) owns comb[j][k]
-        int lane = threadIdx.x;
-        if (lane < hc) {
-            pre[lane] = sigmoidf(m[lane] * scale[0] + base[lane]) + hc_eps;
-            post[n * hc + lane] = 2.0f * sigmoidf(m[hc + lane] * scale[1] + base[hc + lane]);
-        }
-        bool owner = lane < hc * hc;  // the other lanes follow element 0 and write nothing
-        int e = owner ? lane : 0, j = e / hc, k = e % hc;
-        auto logit = [&](int jj, int kk) { return m[2 * hc + jj * hc + kk] * scale[2] + base[2 * hc + jj * hc + kk]; };
-        // Sums over the row's / column's lanes. For hc = 4 (lane = 4j + k) two butterfly steps
-        // each, (a+b)+(c+d); otherwise in index order, as a serial loop adds them.
-        bool four = hc == 4;
-        auto row_sum = [&](float v) {
-            if (four) {
-                v += __shfl_xor_sync(0xffffffffu, v, 1);
-                return v + __shfl_xor_sync(0xffffffffu, v, 2);
-            }
-            float s = 0;
-            for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(0xffffffffu, v, j * hc + kk);
-            return s;
-        };
-        auto column_sum = [&](float v) {
-            if (four) {
-                v += __shfl_xor_sync(0xffffffffu, v, 4);
-                return v + __shfl_xor_sync(0xffffffffu, v, 8);
-            }
-            float s = 0;
-            for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(0xffffffffu, v, jj * hc + k);
-            return s;
-        };
-        float mx = -INFINITY;  // softmax of each row
-        for (int kk = 0; kk < hc; ++kk) mx = fmaxf(mx, logit(j, kk));
-        float c = expf(logit(j, k) - mx);
-        c = c / row_sum(c) + hc_eps;
-        for (int it = 0; it < iters; ++it) {  // columns, then (rows, columns) alternating
-            if (it > 0) c /= row_sum(c) + hc_eps;
-            c /= column_sum(c) + hc_eps;
-        }
-        if (owner) comb[n * hc * hc + e] = c;
+    // Warp 0 runs the Sinkhorn (serial over its iterations) while the other warps collapse the
+    // streams with `pre`, which does not depend on it; the norm's reduction then joins them.
+    float pre[kMaxHc];
+    for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
+    if (threadIdx.x < 32) {
+        sinkhorn_warp(m, base, scale, hc, iters, hc_eps, post + n * hc, comb + n * hc * hc);
+        if (pre_out != nullptr && threadIdx.x < hc) pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
     }
-    __syncthreads();
-    if (pre_out != nullptr && threadIdx.x < hc) pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
-    if (collapsed == nullptr) return;
+    if (collapsed == nullptr) return;  // uniform over the block
+    const float* x = streams + n * hc * d;
     float* out = collapsed + n * d;
-    weighted_stream_sum(streams + n * hc * d, pre, hc, d, out);
+    int workers = blockDim.x - 32, me = threadIdx.x - 32;
+    float ss = 0;
+    if (me >= 0)
+        for (int64_t e = me; e < d; e += workers) {
+            float acc = 0;
+            for (int j = 0; j < hc; ++j) acc += pre[j] * x[j * d + e];
+            out[e] = acc;
+            ss += acc * acc;
+        }
     if (norm_w == nullptr) return;
-    float ss = 0;  // each thread re-reads only the elements it wrote
-    for (int64_t e = threadIdx.x; e < d; e += blockDim.x) ss += out[e] * out[e];
-    float inv = rsqrtf(block_sum(ss) / d + norm_w_eps);
-    for (int64_t e = threadIdx.x; e < d; e += blockDim.x) out[e] = norm_w[e] * (out[e] * inv);
+    __shared__ float warp_ss[32];
+    ss = warp_sum(ss);
+    if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float total = 0;
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_ss[w];
+    float inv = rsqrtf(total / d + norm_w_eps);
+    if (me >= 0)  // each thread rescales the elements it wrote
+        for (int64_t e = me; e < d; e += workers) out[e] = norm_w[e] * (out[e] * inv);
 }
 
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
@@ -197,7 +219,7 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxSplitTokens && (p.hc * d) % 4 == 0) {
         splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
         mixes = empty(DType::kF32, {n, splits, width + 1});
-        launch_pdl(hc_dots_kernel<24>, dim3(splits, n), 256, 0, stream(), streams.data<float>(), fn.data<float>(),
+        launch_pdl(hc_dots_kernel<24>, dim3(splits, n), kDotsThreads, 0, stream(), streams.data<float>(), fn.data<float>(),
                    p.hc * d, mixes.data<float>());
     } else {
         Tensor flat = empty(DType::kF32, {n, p.hc * d});
