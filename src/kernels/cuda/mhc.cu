@@ -34,6 +34,30 @@ __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float*
 constexpr int kDotsThreads = 128;
 constexpr int kSplitCols = kDotsThreads * 4;  // a float4 per thread: 16 splits for hc 4 x 2048
 
+// Warp sums of V <= 32 values per lane in 31 shuffles instead of 5 per value: at each butterfly
+// level a lane keeps half of its remaining values and adds the partner's copy of that half, so
+// lane j ends with the sum of value j over the warp (lanes >= V get padding).
+template <int Half>
+__device__ __forceinline__ void butterfly_level(float (&v)[32], int lane) {
+    bool upper = lane & Half;
+#pragma unroll
+    for (int i = 0; i < Half; ++i) {
+        float keep = upper ? v[i + Half] : v[i], send = upper ? v[i] : v[i + Half];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, Half);
+    }
+    if constexpr (Half > 1) butterfly_level<Half / 2>(v, lane);
+}
+
+template <int V>
+__device__ __forceinline__ float warp_sums_by_lane(const float (&in)[V], int lane) {
+    static_assert(V <= 32);
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = i < V ? in[i] : 0.0f;
+    butterfly_level<16>(v, lane);
+    return v[0];
+}
+
 template <int W>
 __global__ void __launch_bounds__(kDotsThreads) hc_dots_kernel(const float* streams, const float* fn, int64_t width, float* parts) {
     pdl_prologue();
@@ -50,10 +74,8 @@ __global__ void __launch_bounds__(kDotsThreads) hc_dots_kernel(const float* stre
     }
     __shared__ float red[kDotsThreads / 32][W + 1];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int j = 0; j <= W; ++j) {
-        float v = warp_sum(acc[j]);
-        if (lane == 0) red[warp][j] = v;
-    }
+    float total = warp_sums_by_lane<W + 1>(acc, lane);  // lane j: the warp's sum of value j
+    if (lane <= W) red[warp][lane] = total;
     __syncthreads();
     if (threadIdx.x <= W) {
         float v = 0;

@@ -28,42 +28,44 @@ __global__ void route_kernel(const float* logits, const float* bias, const void*
     if (i >= n) return;
     const float* l = logits + i * experts;
     int* id = ids + i * top_k;
+    int mine = 0;  // lane j: the id of pick j
     if (tid2eid != nullptr) {
         int64_t t = tokens[i];
         for (int j = lane; j < top_k; j += 32)
-            id[j] = tid64 ? static_cast<int>(static_cast<const long long*>(tid2eid)[t * top_k + j])
-                          : static_cast<const int*>(tid2eid)[t * top_k + j];
+            id[j] = mine = tid64 ? static_cast<int>(static_cast<const long long*>(tid2eid)[t * top_k + j])
+                                 : static_cast<const int*>(tid2eid)[t * top_k + j];
     } else {
-        float v[kMaxExpertsPerLane];  // unrolled with a guard, so v stays in registers
+        float v[kMaxExpertsPerLane];
         int per_lane = (experts + 31) / 32;
-#pragma unroll
-        for (int j = 0; j < kMaxExpertsPerLane; ++j) {
+        for (int j = 0; j < per_lane; ++j) {
             int e = lane + 32 * j;
-            if (j < per_lane) v[j] = e < experts ? route_score(l[e]) + (bias ? bias[e] : 0.0f) : 0.0f;
+            v[j] = e < experts ? route_score(l[e]) + (bias ? bias[e] : 0.0f) : 0.0f;
         }
         unsigned taken = 0;
         for (int k = 0; k < top_k; ++k) {
             float bv = -INFINITY;
             int bi = -1;
-#pragma unroll
-            for (int j = 0; j < kMaxExpertsPerLane; ++j) {
+            for (int j = 0; j < per_lane; ++j) {
                 int e = lane + 32 * j;
-                if (j < per_lane && e < experts && !(taken >> j & 1u) && (bi < 0 || v[j] > bv)) bv = v[j], bi = e;
+                if (e < experts && !(taken >> j & 1u) && (bi < 0 || v[j] > bv)) bv = v[j], bi = e;
             }
             for (int o = 16; o > 0; o >>= 1) {
                 float ov = __shfl_xor_sync(0xffffffffu, bv, o);
                 int oi = __shfl_xor_sync(0xffffffffu, bi, o);
                 if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
             }
-            if (lane == 0) id[k] = bi;
+            if (lane == k) mine = bi;  // every lane holds the winner after the butterfly
             if (bi >= 0 && bi % 32 == lane) taken |= 1u << (bi / 32);
         }
     }
-    __syncwarp();
-    if (lane != 0) return;
-    float sum = 0;
-    for (int j = 0; j < top_k; ++j) sum += route_score(l[id[j]]);
-    for (int j = 0; j < top_k; ++j) weights[i * top_k + j] = route_score(l[id[j]]) / (sum + 1e-20f) * scaling;
+    // Lane j < top_k holds pick j: scores, their sum and the weights without a round trip through
+    // memory (top_k <= 32, checked by the caller).
+    bool picked = lane < top_k;
+    float score = picked ? route_score(l[mine]) : 0.0f;
+    float sum = warp_sum(score);
+    if (!picked) return;
+    if (tid2eid == nullptr) id[lane] = mine;
+    weights[i * top_k + lane] = score / (sum + 1e-20f) * scaling;
 }
 
 bool all_bf16(std::span<const ExpertWeights> experts) {
@@ -97,32 +99,22 @@ __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* 
     }
 }
 
-// out[token, r] += Σ_slot weight[token, slot] * w2_r · h[(token, slot)]. A warp walks all slots'
-// rows as one run of top_k * inter columns (inter is a multiple of 8, so no load straddles two
-// slots), keeping several loads in flight across slot boundaries.
-constexpr int kMaxTopK = 32;
-
+// out[token, r] += Σ_slot weight[token, slot] * w2_r · h[(token, slot)].
 __global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex, int top_k,
                                 int d, int inter, float* out) {
     pdl_prologue();
     int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    __shared__ const __nv_bfloat16* w2[kMaxTopK];
-    __shared__ float slot_weight[kMaxTopK];
-    if (threadIdx.x < top_k) {
-        int pair = token * top_k + threadIdx.x;
-        w2[threadIdx.x] = ex[ids[pair]].w2;
-        slot_weight[threadIdx.x] = weights[pair];
-    }
-    __syncthreads();
-    const float* hp = h + static_cast<long long>(token) * top_k * inter;
     for (int r = blockIdx.y * warps + threadIdx.x / 32; r < d; r += gridDim.y * warps) {
         float acc = 0;  // one reduction for all slots: each slot's weight scales its products
+        for (int s = 0; s < top_k; ++s) {
+            int pair = token * top_k + s;
+            const __nv_bfloat16* row = ex[ids[pair]].w2 + static_cast<long long>(r) * inter;
+            const float* hp = h + static_cast<long long>(pair) * inter;
+            float ws = weights[pair];
 #pragma unroll 4
-        for (int i = lane * 8; i < top_k * inter; i += 256) {
-            int s = i / inter, c = i - s * inter;
-            acc += slot_weight[s] * dot8(load_weights(w2[s] + static_cast<long long>(r) * inter + c),
-                                         *reinterpret_cast<const float4*>(hp + i),
-                                         *reinterpret_cast<const float4*>(hp + i + 4));
+            for (int c = lane * 8; c < inter; c += 256)
+                acc += ws * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
+                                 *reinterpret_cast<const float4*>(hp + c + 4));
         }
         acc = warp_sum(acc);
         if (lane == 0) out[static_cast<long long>(token) * d + r] += acc;
@@ -148,6 +140,7 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tens
     int64_t n = logits.dim(0);
     if (n == 0) return;
     DI_CUDA_REQUIRE(logits.dim(1) <= 32 * kMaxExpertsPerLane, "cuda moe_route: more than 1024 experts");
+    DI_CUDA_REQUIRE(top_k <= 32, "cuda moe_route: more than 32 experts per token");
     launch_pdl(route_kernel, blocks_for(n, 4), 128, 0, stream(), logits.data<float>(),
                bias ? bias->data<float>() : nullptr, tid2eid ? tid2eid->raw() : nullptr,
                tid2eid && tid2eid->dtype() == DType::kI64, token_ids ? token_ids->data<int>() : nullptr, n,
@@ -192,7 +185,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         moe_experts_grouped(x, ids, weights, rows_dev, static_cast<int>(experts.size()), inter, limit, out);
         return;
     }
-    if (rows_dev != nullptr && top_k <= kMaxTopK) {
+    if (rows_dev != nullptr) {
         int warps = 8;
         Tensor h = empty(DType::kF32, {n * top_k, inter});
         dim3 up(static_cast<unsigned>(n * top_k), static_cast<unsigned>((inter + warps - 1) / warps));  // a row per warp
