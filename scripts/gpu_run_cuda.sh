@@ -38,6 +38,6 @@ for dev in cpu cuda; do
 done
 step make gpu-5b; run 150 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
 step forward bench cuda
-run 150 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024,8192 --batch 1,8,64 --decode-steps 8
+run 240 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024,8192 --batch 1,8,64 --decode-steps 16 --graphs both
 step forward bench HF transformers
 run 150 python3 scripts/hf_forward_bench.py --model /tmp/gpu-5b --prompt 1024,8192 --batch 1,8,64 --decode-steps 8

@@ -138,20 +138,33 @@ __global__ void attention_kernel(AttnParams p) {
 }
 
 // out = (Σ_split e^(m_s - M) acc_s) / (e^(sink - M) + Σ_split e^(m_s - M) l_s) per (row, head).
+// The splits' scale factors are computed once into shared memory (splits <= kMaxSplits).
+constexpr int kMaxSplits = 8;
+
 __global__ void attention_merge_kernel(const float* partial, const float* sinks, int heads, int splits, int d, float* out) {
     pdl_prologue();
     long long head_row = blockIdx.x;
     const float* part = partial + head_row * splits * (2 + d);
-    float sink = sinks[head_row % heads], M = sink;
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, part[s * (2 + d)]);
-    float L = expf(sink - M);
-    for (int s = 0; s < splits; ++s)
-        if (part[s * (2 + d)] != -INFINITY) L += part[s * (2 + d) + 1] * expf(part[s * (2 + d)] - M);
+    __shared__ float m[kMaxSplits], l[kMaxSplits], f[kMaxSplits];
+    __shared__ float inv_total;
+    if (threadIdx.x < splits) m[threadIdx.x] = part[threadIdx.x * (2 + d)], l[threadIdx.x] = part[threadIdx.x * (2 + d) + 1];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sink = sinks[head_row % heads], M = sink;
+        for (int s = 0; s < splits; ++s) M = fmaxf(M, m[s]);
+        float L = expf(sink - M);
+        for (int s = 0; s < splits; ++s) {
+            f[s] = m[s] == -INFINITY ? 0.0f : expf(m[s] - M);
+            L += m[s] == -INFINITY ? 0.0f : l[s] * f[s];
+        }
+        inv_total = 1.0f / L;
+    }
+    __syncthreads();
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float v = 0;
         for (int s = 0; s < splits; ++s)
-            if (part[s * (2 + d)] != -INFINITY) v += part[s * (2 + d) + 2 + c] * expf(part[s * (2 + d)] - M);
-        out[head_row * d + c] = v / L;
+            if (f[s] != 0.0f) v += part[s * (2 + d) + 2 + c] * f[s];
+        out[head_row * d + c] = v * inv_total;
     }
 }
 
@@ -187,7 +200,7 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     // Small steps (decode) give too few (token, head) blocks to fill the GPU: split each one's keys
     // over up to kMaxSplits blocks of at least kMinSplitKeys keys and merge them after.
-    constexpr int kMaxSplits = 8, kMinSplitKeys = 64;
+    constexpr int kMinSplitKeys = 64;
     long long max_keys = a.window;
     if (a.compressed == AttentionArgs::Compressed::kSelected) max_keys += a.selected.dim(1);
     if (a.compressed == AttentionArgs::Compressed::kAllVisible)
