@@ -141,10 +141,12 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
     } else {
         const float* part = mixes + n * splits * (width + 1);
         float ss = 0;
+#pragma unroll 8
         for (int s = 0; s < splits; ++s) ss += part[s * (width + 1) + width];
         float inv = rsqrtf(ss / (hc * d) + norm_eps);
         for (int j = threadIdx.x; j < width; j += blockDim.x) {
             float v = 0;
+#pragma unroll 8
             for (int s = 0; s < splits; ++s) v += part[s * (width + 1) + j];
             m[j] = v * inv;
         }
@@ -164,6 +166,7 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
     int workers = blockDim.x - 32, me = threadIdx.x - 32;
     float ss = 0;
     if (me >= 0)
+#pragma unroll 4
         for (int64_t e = me; e < d; e += workers) {
             float acc = 0;
             for (int j = 0; j < hc; ++j) acc += pre[j] * x[j * d + e];
@@ -179,6 +182,7 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_ss[w];
     float inv = rsqrtf(total / d + norm_w_eps);
     if (me >= 0)  // each thread rescales the elements it wrote
+#pragma unroll 4
         for (int64_t e = me; e < d; e += workers) out[e] = norm_w[e] * (out[e] * inv);
 }
 
