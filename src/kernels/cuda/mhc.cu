@@ -32,7 +32,6 @@ __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float*
 // with fn's rows and the sum of squares; hc_pre_kernel adds the splits in order and scales by
 // the RMS (x·fn / rms equals (x / rms)·fn, so no normalised copy is needed).
 constexpr int kDotsThreads = 128;
-constexpr int64_t kMaxSplitTokens = 64;  // beyond this, one GEMM reads fn once for all tokens
 constexpr int kSplitCols = kDotsThreads * 4;  // a float4 per thread: 16 splits for hc 4 x 2048
 
 // Warp sums of V <= 32 values per lane in 31 shuffles instead of 5 per value: at each butterfly
@@ -202,45 +201,6 @@ __global__ void hc_post_kernel(float* streams, const float* y, const float* post
     }
 }
 
-// hc_post_kernel fused with the next site's hc_dots_kernel: a thread per stream column updates the
-// hc = 4 streams there and adds their products with the next fn's W rows (and their squares);
-// block (split, token) writes the split's W + 1 sums in hc_dots_kernel's layout.
-constexpr int kPostThreads = 128;
-
-template <int W>
-__global__ void __launch_bounds__(kPostThreads) hc_post_dots_kernel(float* streams, const float* y, const float* post,
-                                                                    const float* comb, const float* fn, int64_t d,
-                                                                    float* parts) {
-    pdl_prologue();
-    constexpr int hc = 4;
-    int split = blockIdx.x, splits = gridDim.x;
-    int64_t n = blockIdx.y, e = split * int64_t{kPostThreads} + threadIdx.x;
-    float acc[W + 1] = {};
-    if (e < d) {
-        float* x = streams + n * hc * d;
-        float old[hc], now[hc];
-        for (int j = 0; j < hc; ++j) old[j] = x[j * d + e];
-        for (int k = 0; k < hc; ++k) {
-            float v = post[n * hc + k] * y[n * d + e];
-            for (int j = 0; j < hc; ++j) v += comb[(n * hc + j) * hc + k] * old[j];
-            x[k * d + e] = now[k] = v;
-            acc[W] += v * v;
-        }
-        for (int w = 0; w < W; ++w)
-            for (int k = 0; k < hc; ++k) acc[w] += fn[w * hc * d + k * d + e] * now[k];
-    }
-    __shared__ float red[kPostThreads / 32][W + 1];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float total = warp_sums_by_lane<W + 1>(acc, lane);
-    if (lane <= W) red[warp][lane] = total;
-    __syncthreads();
-    if (threadIdx.x <= W) {
-        float v = 0;
-        for (int i = 0; i < kPostThreads / 32; ++i) v += red[i][threadIdx.x];
-        parts[(n * splits + split) * (W + 1) + threadIdx.x] = v;
-    }
-}
-
 __global__ void hc_head_kernel(const float* streams, const float* mixes, const float* base, const float* scale, int hc,
                                int64_t d, float hc_eps, float* out) {
     pdl_prologue();
@@ -279,6 +239,7 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
     DI_CUDA_REQUIRE(p.hc * p.hc <= 32, "cuda mHC: hc_mult " + std::to_string(p.hc) + " is above 5 (one warp per Sinkhorn)");
     if (n == 0) return;
+    constexpr int64_t kMaxSplitTokens = 64;  // beyond this, one GEMM reads fn once for all tokens
     Tensor mixes;
     int splits = 0;
     if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxSplitTokens && (p.hc * d) % 4 == 0) {
@@ -296,26 +257,6 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     launch_pdl(hc_pre_kernel, n, 512, 0, stream(), streams.data<float>(), mixes.data<float>(), splits, p.norm_eps,
                base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
                post.data<float>(), comb.data<float>(), norm.weight, norm.eps);
-}
-
-void CudaBackend::hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& post, Tensor& comb, const Tensor& fn,
-                                   const Tensor& base, const Tensor& scale, const MhcParams& p, const Tensor& norm_weight,
-                                   float eps, Tensor& collapsed) {
-    DI_CUDA_OP("hc_post_pre_norm");
-    int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
-    if (p.hc != 4 || streams.dim(1) != 4 || fn.dtype() != DType::kF32 || n > kMaxSplitTokens) {
-        hc_post(streams, y, post, comb);
-        hc_pre_norm(streams, fn, base, scale, p, norm_weight, eps, collapsed, post, comb);
-        return;
-    }
-    if (n == 0) return;
-    int splits = blocks_for(d, kPostThreads);
-    Tensor mixes = empty(DType::kF32, {n, splits, width + 1});
-    launch_pdl(hc_post_dots_kernel<24>, dim3(splits, n), kPostThreads, 0, stream(), streams.data<float>(), y.data<float>(),
-               post.data<float>(), comb.data<float>(), fn.data<float>(), d, mixes.data<float>());
-    launch_pdl(hc_pre_kernel, n, 512, 0, stream(), streams.data<float>(), mixes.data<float>(), splits, p.norm_eps,
-               base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed.data<float>(),
-               nullptr, post.data<float>(), comb.data<float>(), norm_weight.data<float>(), eps);
 }
 
 void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) {

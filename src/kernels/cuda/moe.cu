@@ -106,7 +106,6 @@ __global__ void moe_down_kernel(const float* h, const int* ids, const float* wei
     int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     for (int r = blockIdx.y * warps + threadIdx.x / 32; r < d; r += gridDim.y * warps) {
         float acc = 0;  // one reduction for all slots: each slot's weight scales its products
-#pragma unroll 2  // two slots' loads in flight together
         for (int s = 0; s < top_k; ++s) {
             int pair = token * top_k + s;
             const __nv_bfloat16* row = ex[ids[pair]].w2 + static_cast<long long>(r) * inter;
