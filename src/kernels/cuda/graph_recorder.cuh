@@ -8,9 +8,11 @@
 // executable graph of segment s is kept and updated in place next step (same kernels, new
 // arguments), which is far cheaper than instantiating it. Executables are kept per (segment,
 // step shape): the caller names the shape (steps with equal token counts run the same library
-// kernels: cuBLAS picks its kernel, cluster shape included, from the GEMM sizes, and an update
-// across two such choices was seen to leave the old launch configuration in place). Within a
-// shape a few variants cover segments whose own kernels differ (a compressor emitting an entry).
+// kernels, as cuBLAS picks its kernel from the GEMM sizes). Updating one shape's executable with
+// another's segment was accepted by CUDA yet gave wrong logits on the H200 (16-token chunk steps
+// replayed through executables recorded for 1-, 7- and 64-token steps; the cause was not pinned
+// down, possibly a cuBLAS kernel's launch attribute that the update does not carry). Within a shape a few variants cover segments whose own kernels
+// differ (a compressor emitting an entry).
 //
 // Anything that needs the stream's results on the host (downloads, host-routed MoE) must call
 // flush() first; the ops after it start a new segment.
