@@ -55,15 +55,18 @@ __global__ void embed_kernel(const int* ids, const void* table, bool bf16, int64
     }
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int64_t cols, float* y) {
-    pdl_prologue();
-    const float* in = x + blockIdx.x * cols;
-    float* out = y + blockIdx.x * cols;
+// out = in / rms(in) (* w) for one row of `cols`, by the whole block (out may be in).
+__device__ void rms_norm_row(const float* in, const float* w, float eps, int64_t cols, float* out) {
     float ss = 0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += in[c] * in[c];
     ss = block_sum(ss);
     float inv = rsqrtf(ss / cols + eps);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = w ? w[c] * (in[c] * inv) : in[c] * inv;
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int64_t cols, float* y) {
+    pdl_prologue();
+    rms_norm_row(x + blockIdx.x * cols, w, eps, cols, y + blockIdx.x * cols);
 }
 
 __global__ void rope_kernel(float* x, int64_t cols, const long long* pos, int group, const float* inv_freq, int rope_dim,
@@ -79,11 +82,7 @@ __global__ void rms_norm_rope_kernel(float* x, const float* w, float eps, int64_
                                      const float* inv_freq, int rope_dim, float scale) {
     pdl_prologue();
     float* row = x + blockIdx.x * cols;
-    float ss = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += row[c] * row[c];
-    ss = block_sum(ss);
-    float inv = rsqrtf(ss / cols + eps);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] = w ? w[c] * (row[c] * inv) : row[c] * inv;
+    rms_norm_row(row, w, eps, cols, row);
     __syncthreads();  // rope pairs are read by other threads than the ones that wrote them
     rope_pairs(row, static_cast<int>(cols), pos[blockIdx.x / group], inv_freq, rope_dim, scale, false, threadIdx.x,
                blockDim.x);

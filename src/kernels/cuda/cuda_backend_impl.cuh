@@ -127,7 +127,6 @@ public:
     }
     void end_graph_step(bool launch) override { graphs_->end_step(launch); }
     void set_graphs(bool on) override { graphs_->set_enabled(on); }
-    GraphRecorder::Counts graph_counts() const { return graphs_->counts(); }
     std::string profile_report() override;
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
@@ -180,7 +179,7 @@ private:
     std::unique_ptr<GraphRecorder> graphs_;  // on stream_; destroyed before it
     void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
-    int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_kernel<m>, looked up once
+    int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;

@@ -38,18 +38,15 @@ __device__ const Part& part_of(const GemvArgs& a, int task) {
     return a.parts[pi];
 }
 
-// A task on a whole block: threads split k; warps' sums are added in warp order.
-template <int M>
-__global__ void __launch_bounds__(kThreads) gemv_block_kernel(GemvArgs a) {
-    pdl_prologue();
-    int task = blockIdx.x;
-    const Part& part = part_of(a, task);
-    int64_t row0 = static_cast<int64_t>(task - part.first_task) * kRows;
+// A task's kRows weight rows times the M rows of x over this thread's columns (first, first +
+// stride, ...), Unroll strides of loads in flight; acc[r][t] gets row r's dot with x row t.
+template <int M, int Unroll>
+__device__ __forceinline__ void task_dots(const GemvArgs& a, const Part& part, int64_t row0, int64_t first,
+                                          int64_t stride, float (&acc)[kRows][M]) {
     const __nv_bfloat16* w[kRows];
     for (int r = 0; r < kRows; ++r) w[r] = part.w + min(row0 + r, part.rows - 1) * a.k;
-    float acc[kRows][M] = {};
-#pragma unroll 2
-    for (int64_t c = threadIdx.x * 8; c < a.k; c += kThreads * 8) {
+#pragma unroll Unroll
+    for (int64_t c = first; c < a.k; c += stride) {
         uint4 wv[kRows];
         for (int r = 0; r < kRows; ++r) wv[r] = load_weights(w[r] + c);
         for (int t = 0; t < M; ++t) {
@@ -58,6 +55,17 @@ __global__ void __launch_bounds__(kThreads) gemv_block_kernel(GemvArgs a) {
             for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r], lo, hi);
         }
     }
+}
+
+// A task on a whole block: threads split k; warps' sums are added in warp order.
+template <int M>
+__global__ void __launch_bounds__(kThreads) gemv_block_kernel(GemvArgs a) {
+    pdl_prologue();
+    int task = blockIdx.x;
+    const Part& part = part_of(a, task);
+    int64_t row0 = static_cast<int64_t>(task - part.first_task) * kRows;
+    float acc[kRows][M] = {};
+    task_dots<M, 2>(a, part, row0, threadIdx.x * 8, kThreads * 8, acc);
     __shared__ float partial[kWarps][kRows * M];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int r = 0; r < kRows; ++r)
@@ -80,19 +88,8 @@ template <int M>
 __device__ void gemv_task(const GemvArgs& a, int task, int lane) {
     const Part& part = part_of(a, task);
     int64_t row0 = static_cast<int64_t>(task - part.first_task) * kRows;
-    const __nv_bfloat16* w[kRows];
-    for (int r = 0; r < kRows; ++r) w[r] = part.w + min(row0 + r, part.rows - 1) * a.k;
     float acc[kRows][M] = {};
-#pragma unroll 4
-    for (int64_t c = lane * 8; c < a.k; c += 32 * 8) {
-        uint4 wv[kRows];
-        for (int r = 0; r < kRows; ++r) wv[r] = load_weights(w[r] + c);
-        for (int t = 0; t < M; ++t) {
-            float4 lo = *reinterpret_cast<const float4*>(part.x + t * a.lda + c);
-            float4 hi = *reinterpret_cast<const float4*>(part.x + t * a.lda + c + 4);
-            for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r], lo, hi);
-        }
-    }
+    task_dots<M, 4>(a, part, row0, lane * 8, 32 * 8, acc);
     for (int r = 0; r < kRows; ++r)
         for (int t = 0; t < M; ++t) {
             float v = warp_sum(acc[r][t]);  // every lane holds the sum
