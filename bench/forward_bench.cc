@@ -165,6 +165,39 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) 
     return t;
 }
 
+// Median wall time of `steps` decode steps of one random token per sequence.
+double median_decode_step(Session& s, int batch, int steps, int64_t vocab, std::mt19937& rng) {
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+        std::vector<std::vector<int32_t>> next;
+        for (int j = 0; j < batch; ++j) next.push_back(random_tokens(rng, 1, vocab));
+        auto t0 = Clock::now();
+        step(s, next);
+        times.push_back(seconds_since(t0));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+}
+
+// What a decode step of `batch` sequences must read and compute, and the time that takes at the
+// measured bandwidth / GEMM rate (whichever is longer).
+struct DecodeFloor {
+    double bytes, flops, bw, gemm_rate;
+    double seconds() const { return std::max(bytes / bw, flops / gemm_rate); }
+};
+
+DecodeFloor decode_floor(const model::DeepseekV4Config& cfg, const WeightBytes& wb, int batch, int context, double bw,
+                         double gemm_rate) {
+    double k = cfg.num_experts_per_tok, e = cfg.n_routed_experts;
+    double experts_touched = e * (1.0 - std::pow(1.0 - k / e, batch));  // expected distinct experts, uniform routing
+    double kv = batch * cfg.num_hidden_layers * (cfg.sliding_window + (context + 0.0) / 4) * cfg.head_dim * 4.0;
+    double bytes = wb.dense + wb.head + batch * wb.embed_row + cfg.num_hidden_layers * experts_touched * wb.per_expert + kv;
+    double attention = 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim *
+                       (cfg.sliding_window + context / 4.0);  // q·k and p·v per token
+    double flops = batch * (2.0 * (wb.dense_params + k * wb.expert_params + wb.head_params) + attention);
+    return {bytes, flops, bw, gemm_rate};
+}
+
 // One more decode step with per-op timing; the wall time beside it shows what profiling costs.
 void print_step_profile(Session& s, int batch, int64_t vocab, std::mt19937& rng) {
     std::vector<std::vector<int32_t>> next;
@@ -243,30 +276,15 @@ int main(int argc, char** argv) {
             prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
         }
         step(s, prompt);
+        DecodeFloor f = decode_floor(cfg, wb, b, context, bw, gemm_rate);
         for (bool graphs : graph_modes) {
             backend->set_graphs(graphs);
-            std::vector<double> times;
-            for (int i = 0; i < decode_steps; ++i) {
-                std::vector<std::vector<int32_t>> next;
-                for (int j = 0; j < b; ++j) next.push_back(random_tokens(rng, 1, cfg.vocab_size));
-                auto t0 = Clock::now();
-                step(s, next);
-                times.push_back(seconds_since(t0));
-            }
-            std::sort(times.begin(), times.end());
-            double t = times[times.size() / 2];
-            double k = cfg.num_experts_per_tok, e = cfg.n_routed_experts;
-            double experts_touched = e * (1.0 - std::pow(1.0 - k / e, b));  // expected distinct experts, uniform routing
-            double kv = b * cfg.num_hidden_layers * (cfg.sliding_window + (context + 0.0) / 4) * cfg.head_dim * 4.0;
-            double bytes = wb.dense + wb.head + b * wb.embed_row + cfg.num_hidden_layers * experts_touched * wb.per_expert + kv;
-            double attention = 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim *
-                               (cfg.sliding_window + context / 4.0);  // q·k and p·v per token
-            double flops = b * (2.0 * (wb.dense_params + k * wb.expert_params + wb.head_params) + attention);
-            double floor = std::max(bytes / bw, flops / gemm_rate);
-            std::printf("| decode | batch %d%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; %.1f GFLOP: "
-                        "%.2f ms) | %.2fx floor |\n",
-                        b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", b / t, t * 1e3, floor * 1e3, bytes / 1e9, bytes / bw * 1e3, flops / 1e9, flops / gemm_rate * 1e3,
-                        t / floor);
+            double t = median_decode_step(s, b, decode_steps, cfg.vocab_size, rng);
+            std::printf("| decode | batch %d%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; %.1f "
+                        "GFLOP: %.2f ms) | %.2fx floor |\n",
+                        b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", b / t, t * 1e3,
+                        f.seconds() * 1e3, f.bytes / 1e9, f.bytes / bw * 1e3, f.flops / 1e9, f.flops / gemm_rate * 1e3,
+                        t / f.seconds());
         }
         if (profile) print_step_profile(s, b, cfg.vocab_size, rng);
     }
