@@ -6,7 +6,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <atomic>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,18 +35,23 @@ Shape preset(const std::string& name) {
         s.inter = 1024;
         return s;
     }
+    if (name == "flash-dims") {  // V4-Flash's per-layer dimensions (8 of its 43 layers, 32 of its 256 experts)
+        s.hidden = 4096, s.layers = 8, s.heads = 64, s.q_lora = 1024, s.o_groups = 8, s.o_lora = 1024, s.experts = 32;
+        s.inter = 2048, s.hash_layers = 3;
+        return s;
+    }
     if (name == "tiny") {
         s.vocab = 4096, s.hidden = 128, s.layers = 4, s.heads = 4, s.head_dim = 64, s.rope = 16, s.q_lora = 64;
         s.o_groups = 2, s.o_lora = 32, s.experts = 8, s.top_k = 2, s.inter = 64, s.index_heads = 4, s.index_dim = 32;
         s.index_topk = 16, s.window = 32;
         return s;
     }
-    throw CLI::ValidationError("preset", "unknown preset " + name + " (cpu-1b, gpu-5b, tiny)");
+    throw CLI::ValidationError("preset", "unknown preset " + name + " (cpu-1b, gpu-5b, flash-dims, tiny)");
 }
 
 class Writer {
 public:
-    explicit Writer(uint64_t seed) : rng_(seed) {}
+    explicit Writer(uint64_t seed) : seed_(seed) {}
     void matrix(const std::string& name, std::vector<int64_t> shape) {
         Tensor t = Tensor::empty(DType::kBF16, shape);
         float a = std::sqrt(3.0f / static_cast<float>(shape.back()));
@@ -68,17 +77,32 @@ public:
     void write(const std::string& path) { deepinfer::write_safetensors(path, tensors_, {{"format", "pt"}}); }
 
 private:
+    // Chunks of the tensor are filled on all cores, each from its own generator seeded by (seed,
+    // tensor, chunk): the output depends on the seed only, not on the number of threads.
     void fill(Tensor& t, float lo, float hi) {
-        std::uniform_real_distribution<float> u(lo, hi);
-        for (int64_t i = 0; i < t.numel(); ++i) {
-            float v = u(rng_);
-            if (t.dtype() == DType::kBF16)
-                t.data<uint16_t>()[i] = deepinfer::f32_to_bf16(v);
-            else
-                t.data<float>()[i] = v;
-        }
+        constexpr int64_t kChunk = int64_t{1} << 20;
+        int64_t chunks = (t.numel() + kChunk - 1) / kChunk, tensor = static_cast<int64_t>(tensors_.size());
+        std::atomic<int64_t> next{0};
+        auto work = [&] {
+            for (int64_t c; (c = next++) < chunks;) {
+                std::mt19937_64 rng(seed_ ^ (static_cast<uint64_t>(tensor) << 32) ^ static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ull);
+                std::uniform_real_distribution<float> u(lo, hi);
+                for (int64_t i = c * kChunk; i < std::min(t.numel(), (c + 1) * kChunk); ++i) {
+                    float v = u(rng);
+                    if (t.dtype() == DType::kBF16)
+                        t.data<uint16_t>()[i] = deepinfer::f32_to_bf16(v);
+                    else
+                        t.data<float>()[i] = v;
+                }
+            }
+        };
+        std::vector<std::thread> threads;
+        int64_t n = std::min<int64_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+        for (int64_t i = 1; i < n; ++i) threads.emplace_back(work);
+        work();
+        for (auto& th : threads) th.join();
     }
-    std::mt19937_64 rng_;
+    uint64_t seed_;
     std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 
@@ -159,7 +183,7 @@ int main(int argc, char** argv) {
     std::string out, name = "cpu-1b";
     uint64_t seed = 1;
     app.add_option("--out", out, "output directory")->required();
-    app.add_option("--preset", name, "cpu-1b (~1B params), gpu-5b (>=5B), tiny");
+    app.add_option("--preset", name, "cpu-1b (~1B params), gpu-5b (>=5B), flash-dims (V4-Flash layer sizes, 8.7B), tiny");
     app.add_option("--seed", seed);
     CLI11_PARSE(app, argc, argv);
     Shape s = preset(name);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from a copy of the tree: the CUDA backend's tests and benchmark, using
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
-# Writes its log to $OUT/cuda_run.log. Then the forward benchmark on a >= 5B random checkpoint, ours
+# Writes its log to $OUT/cuda_run.log. Then the forward benchmark on >= 5B random checkpoints, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
 # `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh profile` runs the tests, then only
 # our benchmark with a per-op profile of one decode step per batch size.
@@ -24,10 +24,17 @@ step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests
 step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 [ "${1:-}" = tests ] && exit 0
+# Benchmark checkpoints (make_random_v4 presets): gpu-5b (5.9B, small layers, 12 of them) and
+# flash-dims (8.7B, V4-Flash's layer sizes); PRESETS="..." picks some.
+presets=${PRESETS:-gpu-5b flash-dims}
+make_checkpoint() { step "make $1"; rm -rf /tmp/ckpt-*; run 200 $bin/make_random_v4 --preset "$1" --out "/tmp/ckpt-$1"; }
 if [ "${1:-}" = profile ]; then
-    step make gpu-5b; run 150 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
-    step forward bench cuda with profile
-    run 240 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024 --batch 1,8,64 --decode-steps 16 --graphs both --profile
+    for p in $presets; do
+        make_checkpoint "$p"
+        step "forward bench cuda with profile ($p)"
+        run 240 $bin/bench_forward --model "/tmp/ckpt-$p" --device cuda --prompt 1024 --batch 1,8,64 --decode-steps 16 \
+            --graphs both --profile
+    done
     exit 0
 fi
 prompt=$'def fibonacci(n):\n'
@@ -36,8 +43,11 @@ for dev in cpu cuda; do
     run 60 $bin/deepinfer generate --model models/deepinfer-nano --device $dev --prompt "$prompt" --max-tokens 48 \
         --temperature 0 --cache-memory 64MiB --max-sequences 4
 done
-step make gpu-5b; run 150 $bin/make_random_v4 --preset gpu-5b --out /tmp/gpu-5b
-step forward bench cuda
-run 240 $bin/bench_forward --model /tmp/gpu-5b --device cuda --prompt 1024,8192 --batch 1,8,64 --decode-steps 16 --graphs both
-step forward bench HF transformers
-run 150 python3 scripts/hf_forward_bench.py --model /tmp/gpu-5b --prompt 1024,8192 --batch 1,8,64 --decode-steps 8
+for p in $presets; do
+    make_checkpoint "$p"
+    step "forward bench cuda ($p)"
+    run 240 $bin/bench_forward --model "/tmp/ckpt-$p" --device cuda --prompt 1024,8192 --batch 1,8,64 --decode-steps 16 \
+        --graphs both
+    step "forward bench HF transformers ($p)"
+    run 200 python3 scripts/hf_forward_bench.py --model "/tmp/ckpt-$p" --prompt 1024,8192 --batch 1,8,64 --decode-steps 8
+done

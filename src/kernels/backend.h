@@ -230,6 +230,15 @@ public:
     virtual void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) = 0;
     // Stores the new tokens' kv into the rings (the last ring_slots of them per sequence).
     virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
+    // attention(args), ring_write(args.kv into args.ring), then the inverse rope of args.out
+    // (group = heads) at `positions`; a device backend folds the last two into the attention.
+    virtual void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
+                                  const Rope& out_rope) {
+        attention(seqs, args);
+        Tensor ring = args.ring, o = args.out.reshape({args.out.dim(0) * args.out.dim(1), args.out.dim(2)});
+        ring_write(seqs, args.kv, ring);
+        rope(o, positions, static_cast<int>(args.out.dim(1)), out_rope, true);
+    }
     virtual void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) = 0;
     virtual void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) = 0;
     virtual void pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& args) = 0;

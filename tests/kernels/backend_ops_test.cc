@@ -236,7 +236,8 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block,
 }
 
 // A mixed step (prefill and decode), and a decode step of two long sequences (few blocks: the GPU
-// splits each (token, head)'s keys over several blocks and merges them).
+// splits each (token, head)'s keys over several blocks and merges them, and attend_and_store
+// stores the keys and de-ropes the output in that merge).
 TEST_P(BackendOps, AttentionAllModes) {
     struct Case {
         SeqShapes shapes;
@@ -278,6 +279,23 @@ TEST_P(BackendOps, AttentionAllModes) {
         cpu->ring_write(sc.seqs, a.kv, ra);
         ref->ring_write(sc.seqs, a.kv, rb);
         EXPECT_TRUE(all_close(ra, rb, 0.0));
+        // attend_and_store against attention, ring_write and the output's inverse rope.
+        std::vector<int64_t> pos;
+        for (const auto& s : sc.seqs)
+            for (int t = 0; t < s.num_tokens; ++t) pos.push_back(s.start_pos + t);
+        Tensor at_pos = positions(pos);
+        Rope rope{rope_freqs(16, 10000.0f), 16, 0.9f};
+        AttentionArgs b = a;
+        a.ring = copy_of(a.ring), b.ring = copy_of(a.ring);
+        a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+        b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+        cpu->attend_and_store(sc.seqs, a, at_pos, rope);
+        ref->attention(sc.seqs, b);
+        ref->ring_write(sc.seqs, b.kv, b.ring);
+        Tensor ob = b.out.reshape({sc.num_tokens * heads, d});
+        ref->rope(ob, at_pos, static_cast<int>(heads), rope, true);
+        EXPECT_TRUE(all_close(a.out, b.out, tol)) << "attend_and_store, window " << window;
+        EXPECT_TRUE(all_close(a.ring, b.ring, 0.0)) << "attend_and_store ring, window " << window;
     }
 }
 

@@ -133,6 +133,17 @@ public:
         Tensor out = args.out;
         down(a.out, out);
     }
+    void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
+                          const Rope& out_rope) override {
+        AttentionArgs a = args;
+        a.q = up(args.q), a.kv = up(args.kv), a.ring = up(args.ring), a.sinks = up(args.sinks), a.out = up(args.out);
+        if (args.selected.defined()) a.selected = up(args.selected);
+        EntryStore entries = args.entries ? up(*args.entries) : EntryStore{};
+        if (args.entries) a.entries = &entries;
+        dev_->attend_and_store(seqs, a, up(positions), up(out_rope));
+        down(a.out, args.out);
+        down(a.ring, args.ring);
+    }
     void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override {
         Tensor r = up(ring);
         dev_->ring_write(seqs, up(kv), r);

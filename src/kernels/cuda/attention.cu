@@ -137,11 +137,40 @@ __global__ void attention_kernel(AttnParams p) {
     }
 }
 
+// Row `row`'s kv into its sequence's ring (only the last `slots` new tokens of a sequence: the
+// others would be overwritten in this step anyway), threads striding the columns.
+__device__ void store_ring_row(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d, int row) {
+    int si = seq_of(seqs, num_seqs, row);
+    if (si < 0) return;
+    DeviceSeq s = seqs[si];
+    int t = row - s.token_begin;
+    if (t < s.num_tokens - slots) return;
+    long long slot = (s.start_pos + t) % slots;
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        ring[(static_cast<long long>(s.state_idx) * slots + slot) * d + c] = kv[static_cast<long long>(row) * d + c];
+}
+
+// What attend_and_store adds to the merge pass: the step's keys into the rings and the output's
+// inverse rope (positions null: neither).
+struct MergeEpilogue {
+    const long long* positions = nullptr;  // [N]
+    const float* inv_freq = nullptr;
+    int rope_dim = 0;
+    float rope_scale = 1.0f;
+    const DeviceSeq* seqs = nullptr;
+    int num_seqs = 0;
+    const float* kv = nullptr;  // [N, d]
+    float* ring = nullptr;      // [states, slots, d]
+    int slots = 0;
+};
+
 // out = (Σ_split e^(m_s - M) acc_s) / (e^(sink - M) + Σ_split e^(m_s - M) l_s) per (row, head).
-// The splits' scale factors are computed once into shared memory (splits <= kMaxSplits).
+// The splits' scale factors are computed once into shared memory (splits <= kMaxSplits). It runs
+// after every attention block has read the rings, so it may also store the step's keys.
 constexpr int kMaxSplits = 8;
 
-__global__ void attention_merge_kernel(const float* partial, const float* sinks, int heads, int splits, int d, float* out) {
+__global__ void attention_merge_kernel(const float* partial, const float* sinks, int heads, int splits, int d, float* out,
+                                       MergeEpilogue epi) {
     pdl_prologue();
     long long head_row = blockIdx.x;
     const float* part = partial + head_row * splits * (2 + d);
@@ -166,19 +195,17 @@ __global__ void attention_merge_kernel(const float* partial, const float* sinks,
             if (f[s] != 0.0f) v += part[s * (2 + d) + 2 + c] * f[s];
         out[head_row * d + c] = v * inv_total;
     }
+    if (epi.positions == nullptr) return;
+    int row = static_cast<int>(head_row / heads);
+    __syncthreads();  // rope pairs are read by other threads than the ones that wrote them
+    rope_pairs(out + head_row * d, d, epi.positions[row], epi.inv_freq, epi.rope_dim, epi.rope_scale, true, threadIdx.x,
+               blockDim.x);
+    if (head_row % heads == 0) store_ring_row(epi.seqs, epi.num_seqs, epi.kv, epi.ring, epi.slots, d, row);
 }
 
 __global__ void ring_write_kernel(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d) {
     pdl_prologue();
-    int row = blockIdx.x;
-    int si = seq_of(seqs, num_seqs, row);
-    if (si < 0) return;
-    DeviceSeq s = seqs[si];
-    int t = row - s.token_begin;
-    if (t < s.num_tokens - slots) return;  // overwritten later in this step anyway
-    long long slot = (s.start_pos + t) % slots;
-    for (int c = threadIdx.x; c < d; c += blockDim.x)
-        ring[(static_cast<long long>(s.state_idx) * slots + slot) * d + c] = kv[static_cast<long long>(row) * d + c];
+    store_ring_row(seqs, num_seqs, kv, ring, slots, d, blockIdx.x);
 }
 
 int total_tokens(std::span<const SeqSlice> seqs) {
@@ -191,11 +218,25 @@ int total_tokens(std::span<const SeqSlice> seqs) {
 
 void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
     DI_CUDA_OP("attention");
+    launch_attention(seqs, a, nullptr, nullptr);
+}
+
+void CudaBackend::attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor& positions,
+                                   const Rope& out_rope) {
+    DI_CUDA_OP("attend_and_store");
+    if (launch_attention(seqs, a, &positions, &out_rope)) return;
+    Tensor ring = a.ring, o = a.out.reshape({a.out.dim(0) * a.out.dim(1), a.out.dim(2)});
+    ring_write(seqs, a.kv, ring);
+    rope(o, positions, static_cast<int>(a.out.dim(1)), out_rope, true);
+}
+
+bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
+                                   const Rope* out_rope) {
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda attention: head_dim " + std::to_string(d) + " is above 512");
     DI_CUDA_REQUIRE(a.ring.dim(1) >= a.window - 1, "attention: ring shorter than the window");
     int n = total_tokens(seqs);
-    if (n == 0) return;
+    if (n == 0) return true;
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     // Small steps (decode) give too few (token, head) blocks to fill the GPU: split each one's keys
@@ -217,9 +258,15 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
                  a.compressed == AttentionArgs::Compressed::kSelected ? static_cast<int>(a.selected.dim(1)) : 0,
                  comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale};
     launch_pdl(attention_kernel, dim3(blocks, splits), 32 * kWarps, 0, stream(), p);
-    if (splits > 1)
-        launch_pdl(attention_merge_kernel, blocks, 128, 0, stream(), partial.data<float>(), a.sinks.data<float>(),
-                   heads, splits, d, a.out.data<float>());
+    if (splits == 1) return positions == nullptr;
+    MergeEpilogue epi;
+    if (positions != nullptr)
+        epi = {positions->data<long long>(), out_rope->inv_freq.data<float>(), out_rope->rope_dim, out_rope->scale, dseqs,
+               static_cast<int>(seqs.size()), a.kv.data<float>(), a.ring.data<float>(),
+               static_cast<int>(a.ring.dim(1))};
+    launch_pdl(attention_merge_kernel, blocks, 128, 0, stream(), partial.data<float>(), a.sinks.data<float>(), heads,
+               splits, d, a.out.data<float>(), epi);
+    return true;
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {

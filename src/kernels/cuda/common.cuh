@@ -44,9 +44,18 @@ inline int blocks_for(int64_t n, int threads) { return static_cast<int>((n + thr
 // dominates a decode step's small kernels. The wait keeps the data dependency: it returns only
 // once the preceding grid has finished and its writes are visible. (Launched without the
 // attribute, both instructions do nothing.)
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_prologue() {
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
+// Asks the memory system to bring `bytes` (a multiple of 16, 16-byte aligned) into L2 without
+// waiting. A weight-streaming kernel issues it for its first weights before pdl_wait(): weights do
+// not depend on the preceding kernel, so they load while that kernel still runs.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
 template <typename... Params, typename... Args>

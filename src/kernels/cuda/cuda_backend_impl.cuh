@@ -94,6 +94,8 @@ public:
 
     void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
     void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
+    void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
+                          const Rope& out_rope) override;
     void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
     void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;
     void pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& args) override;
@@ -117,6 +119,8 @@ public:
         int64_t ldy;
     };
     static constexpr int64_t kGemvMaxRows = 8;
+    // Steps of up to this many tokens compute the mHC mixes split over blocks, in one launch.
+    static constexpr int64_t kMaxHcSplitTokens = 64;
     bool gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate);
     cudaStream_t stream() const { return stream_; }
     void set_matmul_precision(MatmulPrecision p) override { gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : 2; }
@@ -146,6 +150,10 @@ private:
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
                           CollapseNorm norm = {});
+    // The attention kernels; with positions and out_rope (attend_and_store) the split merge also
+    // stores the keys and de-ropes the output. Returns whether that was done (or nothing was to do).
+    bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
+                          const Rope* out_rope);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
@@ -181,6 +189,7 @@ private:
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
     int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
+    Tensor hc_arrivals_;       // [kMaxHcSplitTokens] int32 split blocks done per token (mhc.cu), zero between launches
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;
     struct ExpertRowTable {

@@ -28,6 +28,7 @@ struct Part {
 struct GemvArgs {
     Part parts[kMaxParts];
     int num_parts, tasks;
+    int prefetch_tasks;  // tasks [0, prefetch_tasks) prefetch their weight rows into L2 before the PDL wait
     int64_t lda, k;
     bool accumulate;
 };
@@ -57,13 +58,22 @@ __device__ __forceinline__ void task_dots(const GemvArgs& a, const Part& part, i
     }
 }
 
+// Before waiting for the preceding kernel, lanes 0..kRows-1 start the task's weight rows loading
+// into L2 (the first tasks only: a bounded share of L2).
+__device__ __forceinline__ void prefetch_task(const GemvArgs& a, const Part& part, int task, int64_t row0, int lane) {
+    if (task < a.prefetch_tasks && lane < kRows && row0 + lane < part.rows)
+        prefetch_l2(part.w + (row0 + lane) * a.k, static_cast<unsigned>(a.k * sizeof(__nv_bfloat16)));
+}
+
 // A task on a whole block: threads split k; warps' sums are added in warp order.
 template <int M>
 __global__ void __launch_bounds__(kThreads) gemv_block_kernel(GemvArgs a) {
-    pdl_prologue();
+    pdl_launch_dependents();
     int task = blockIdx.x;
     const Part& part = part_of(a, task);
     int64_t row0 = static_cast<int64_t>(task - part.first_task) * kRows;
+    prefetch_task(a, part, task, row0, threadIdx.x);
+    pdl_wait();
     float acc[kRows][M] = {};
     task_dots<M, 2>(a, part, row0, threadIdx.x * 8, kThreads * 8, acc);
     __shared__ float partial[kWarps][kRows * M];
@@ -102,9 +112,15 @@ __device__ void gemv_task(const GemvArgs& a, int task, int lane) {
 
 template <int M>
 __global__ void __launch_bounds__(kThreads) gemv_warp_kernel(GemvArgs a) {
-    pdl_prologue();
+    pdl_launch_dependents();
     int lane = threadIdx.x % 32;
-    for (int task = blockIdx.x * kWarps + threadIdx.x / 32; task < a.tasks; task += gridDim.x * kWarps)
+    int first = blockIdx.x * kWarps + threadIdx.x / 32;
+    if (first < a.tasks) {
+        const Part& part = part_of(a, first);
+        prefetch_task(a, part, first, static_cast<int64_t>(first - part.first_task) * kRows, lane);
+    }
+    pdl_wait();
+    for (int task = first; task < a.tasks; task += gridDim.x * kWarps)
         gemv_task<M>(a, task, lane);
 }
 
@@ -126,6 +142,10 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
         a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, a.tasks};
         a.tasks += blocks_for(p.w->dim(0), kRows);
     }
+    // Prefetched weights stay within a third of the H200's 50 MB L2, so they are not evicted
+    // before their task reads them.
+    constexpr int64_t kPrefetchBytes = 16 << 20;
+    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, kPrefetchBytes / (kRows * a.k * 2)));
     using Kernel = void (*)(GemvArgs);
     static constexpr Kernel kWarpTasks[] = {gemv_warp_kernel<1>, gemv_warp_kernel<2>, gemv_warp_kernel<3>,
                                             gemv_warp_kernel<4>, gemv_warp_kernel<5>, gemv_warp_kernel<6>,

@@ -29,7 +29,7 @@ __global__ void rms_flat_kernel(const float* x, int64_t width, float eps, float*
 
 // Decode-sized steps: the mixes' product with fn and the flat RMS in one pass, split over k.
 // Block (split, token) covers kSplitCols columns of the flat streams and writes W dot products
-// with fn's rows and the sum of squares; hc_pre_kernel adds the splits in order and scales by
+// with fn's rows and the sum of squares; hc_pre_token adds the splits in order and scales by
 // the RMS (x·fn / rms equals (x / rms)·fn, so no normalised copy is needed).
 constexpr int kDotsThreads = 128;
 constexpr int kSplitCols = kDotsThreads * 4;  // a float4 per thread: 16 splits for hc 4 x 2048
@@ -59,8 +59,7 @@ __device__ __forceinline__ float warp_sums_by_lane(const float (&in)[V], int lan
 }
 
 template <int W>
-__global__ void __launch_bounds__(kDotsThreads) hc_dots_kernel(const float* streams, const float* fn, int64_t width, float* parts) {
-    pdl_prologue();
+__device__ __forceinline__ void hc_dots(const float* streams, const float* fn, int64_t width, float* parts) {
     int split = blockIdx.x, splits = gridDim.x;
     int64_t token = blockIdx.y, col = split * int64_t{kSplitCols} + threadIdx.x * 4;
     float acc[W + 1] = {};
@@ -126,28 +125,42 @@ __device__ void sinkhorn_warp(const float* m, const float* base, const float* sc
     if (owner) comb[e] = c;
 }
 
-// One block per token: pre / post / comb from the mixes, then the collapsed input (or, for the
-// delayed mHC of V4.1, pre itself: collapsed == nullptr, pre_out != nullptr).
-// `mixes` holds [n, width] finished mixes (splits == 0) or hc_dots_kernel's [n, splits, width + 1].
-__global__ void hc_pre_kernel(const float* streams, const float* mixes, int splits, float norm_eps, const float* base,
-                              const float* scale, int hc, int64_t d, int iters, float hc_eps, float* collapsed,
-                              float* pre_out, float* post, float* comb, const float* norm_w, float norm_w_eps) {
-    pdl_prologue();
-    int64_t n = blockIdx.x;
+struct HcPreArgs {
+    const float* streams;  // [n, hc, d]
+    float norm_eps;        // of the flat RMS that scales the mixes
+    const float *base, *scale;
+    int hc;
+    int64_t d;
+    int iters;
+    float hc_eps;
+    float* collapsed;  // [n, d] or null (V4.1's delayed mHC: pre_out instead)
+    float* pre_out;    // [n, hc] or null
+    float *post, *comb;
+    const float* norm_w;  // RMSNorm weight folded into the collapse, or null
+    float norm_w_eps;
+};
+
+// Token n's pre / post / comb from its mixes, then the collapsed input (or, for the delayed mHC
+// of V4.1, pre itself), on the calling block. `mixes` holds [n, width] finished mixes (splits ==
+// 0) or hc_dots' [n, splits, width + 1]; they are read through L2 (__ldcg): other blocks of the
+// same kernel may have written them.
+__device__ void hc_pre_token(const HcPreArgs& a, int64_t n, const float* mixes, int splits) {
+    int hc = a.hc;
+    int64_t d = a.d;
     int width = (2 + hc) * hc;
     __shared__ float m[(2 + kMaxHc) * kMaxHc];
     if (splits == 0) {
-        for (int j = threadIdx.x; j < width; j += blockDim.x) m[j] = mixes[n * width + j];
+        for (int j = threadIdx.x; j < width; j += blockDim.x) m[j] = __ldcg(mixes + n * width + j);
     } else {
         const float* part = mixes + n * splits * (width + 1);
         float ss = 0;
 #pragma unroll 8
-        for (int s = 0; s < splits; ++s) ss += part[s * (width + 1) + width];
-        float inv = rsqrtf(ss / (hc * d) + norm_eps);
+        for (int s = 0; s < splits; ++s) ss += __ldcg(part + s * (width + 1) + width);
+        float inv = rsqrtf(ss / (hc * d) + a.norm_eps);
         for (int j = threadIdx.x; j < width; j += blockDim.x) {
             float v = 0;
 #pragma unroll 8
-            for (int s = 0; s < splits; ++s) v += part[s * (width + 1) + j];
+            for (int s = 0; s < splits; ++s) v += __ldcg(part + s * (width + 1) + j);
             m[j] = v * inv;
         }
     }
@@ -155,14 +168,14 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
     // Warp 0 runs the Sinkhorn (serial over its iterations) while the other warps collapse the
     // streams with `pre`, which does not depend on it; the norm's reduction then joins them.
     float pre[kMaxHc];
-    for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
+    for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(m[j] * a.scale[0] + a.base[j]) + a.hc_eps;
     if (threadIdx.x < 32) {
-        sinkhorn_warp(m, base, scale, hc, iters, hc_eps, post + n * hc, comb + n * hc * hc);
-        if (pre_out != nullptr && threadIdx.x < hc) pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
+        sinkhorn_warp(m, a.base, a.scale, hc, a.iters, a.hc_eps, a.post + n * hc, a.comb + n * hc * hc);
+        if (a.pre_out != nullptr && threadIdx.x < hc) a.pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
     }
-    if (collapsed == nullptr) return;  // uniform over the block
-    const float* x = streams + n * hc * d;
-    float* out = collapsed + n * d;
+    if (a.collapsed == nullptr) return;  // uniform over the block
+    const float* x = a.streams + n * hc * d;
+    float* out = a.collapsed + n * d;
     int workers = blockDim.x - 32, me = threadIdx.x - 32;
     float ss = 0;
     if (me >= 0)
@@ -173,17 +186,44 @@ __global__ void hc_pre_kernel(const float* streams, const float* mixes, int spli
             out[e] = acc;
             ss += acc * acc;
         }
-    if (norm_w == nullptr) return;
+    if (a.norm_w == nullptr) return;
     __shared__ float warp_ss[32];
     ss = warp_sum(ss);
     if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
     __syncthreads();
     float total = 0;
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_ss[w];
-    float inv = rsqrtf(total / d + norm_w_eps);
+    float inv = rsqrtf(total / d + a.norm_w_eps);
     if (me >= 0)  // each thread rescales the elements it wrote
 #pragma unroll 4
-        for (int64_t e = me; e < d; e += workers) out[e] = norm_w[e] * (out[e] * inv);
+        for (int64_t e = me; e < d; e += workers) out[e] = a.norm_w[e] * (out[e] * inv);
+}
+
+__global__ void hc_pre_kernel(HcPreArgs a, const float* mixes, int splits) {
+    pdl_prologue();
+    hc_pre_token(a, blockIdx.x, mixes, splits);
+}
+
+// hc_dots_kernel and hc_pre_kernel in one launch (decode: one fewer kernel per mHC site): the
+// last of a token's split blocks to finish (counted in arrivals[token], reset by that block)
+// finishes the token. Each block makes its partial sums visible before it counts itself.
+template <int W>
+__global__ void __launch_bounds__(kDotsThreads) hc_dots_pre_kernel(HcPreArgs a, const float* fn, float* parts,
+                                                                   int* arrivals) {
+    pdl_prologue();
+    int64_t token = blockIdx.y;
+    hc_dots<W>(a.streams, fn, a.hc * a.d, parts);
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(arrivals + token, 1) == static_cast<int>(gridDim.x) - 1;
+        if (last) arrivals[token] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    hc_pre_token(a, token, parts, gridDim.x);
 }
 
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
@@ -239,24 +279,20 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
     DI_CUDA_REQUIRE(p.hc * p.hc <= 32, "cuda mHC: hc_mult " + std::to_string(p.hc) + " is above 5 (one warp per Sinkhorn)");
     if (n == 0) return;
-    constexpr int64_t kMaxSplitTokens = 64;  // beyond this, one GEMM reads fn once for all tokens
-    Tensor mixes;
-    int splits = 0;
-    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxSplitTokens && (p.hc * d) % 4 == 0) {
-        splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
-        mixes = empty(DType::kF32, {n, splits, width + 1});
-        launch_pdl(hc_dots_kernel<24>, dim3(splits, n), kDotsThreads, 0, stream(), streams.data<float>(), fn.data<float>(),
-                   p.hc * d, mixes.data<float>());
-    } else {
-        Tensor flat = empty(DType::kF32, {n, p.hc * d});
-        mixes = empty(DType::kF32, {n, width});
-        launch_pdl(rms_flat_kernel, n, 256, 0, stream(), streams.data<float>(), p.hc * d, p.norm_eps,
-                   flat.data<float>());
-        gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
+    HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
+                p.hc_eps, collapsed, pre, post.data<float>(), comb.data<float>(), norm.weight, norm.eps};
+    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
+        int splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
+        Tensor parts = empty(DType::kF32, {n, splits, width + 1});
+        launch_pdl(hc_dots_pre_kernel<24>, dim3(splits, n), kDotsThreads, 0, stream(), a, fn.data<float>(),
+                   parts.data<float>(), hc_arrivals_.data<int>());
+        return;
     }
-    launch_pdl(hc_pre_kernel, n, 512, 0, stream(), streams.data<float>(), mixes.data<float>(), splits, p.norm_eps,
-               base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters, p.hc_eps, collapsed, pre,
-               post.data<float>(), comb.data<float>(), norm.weight, norm.eps);
+    // Beyond kMaxHcSplitTokens tokens one GEMM reads fn once for all of them.
+    Tensor flat = empty(DType::kF32, {n, p.hc * d}), mixes = empty(DType::kF32, {n, width});
+    launch_pdl(rms_flat_kernel, n, 256, 0, stream(), streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
+    gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
+    launch_pdl(hc_pre_kernel, n, 512, 0, stream(), a, mixes.data<float>(), 0);
 }
 
 void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) {

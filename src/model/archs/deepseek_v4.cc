@@ -140,11 +140,7 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
         entries = kernels::EntryStore{ls.entries, st.step.tables_of(cache_layout_.layers[l].group)};
         compressed_keys(l, st, cache, comp, entries, args);
     }
-    backend_.attention(st.step.seqs, args);
-    backend_.ring_write(st.step.seqs, kv, ls.ring);
-
-    Tensor o = args.out.reshape({n * H, d});
-    backend_.rope(o, st.positions, static_cast<int>(H), rope, true);
+    backend_.attend_and_store(st.step.seqs, args, st.positions, rope);  // keys into the ring, output de-roped
     Tensor oa = backend_.empty(DType::kF32, {n, static_cast<int64_t>(cfg_.o_groups) * cfg_.o_lora_rank});
     backend_.grouped_matmul(args.out, lw.wo_a, cfg_.o_groups, oa);
     Tensor y = backend_.empty(DType::kF32, {n, D});

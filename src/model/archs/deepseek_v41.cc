@@ -336,11 +336,7 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
         args.compressed = AttentionArgs::Compressed::kSelected;
         args.selected = st.selected;
     }
-    backend_.attention(st.seqs, args);
-    backend_.ring_write(st.seqs, kv, ls.ring);
-
-    Tensor o = args.out.reshape({n * H, d});
-    backend_.rope(o, st.in.positions, static_cast<int>(H), rope, true);
+    backend_.attend_and_store(st.seqs, args, st.in.positions, rope);  // keys into the ring, output de-roped
     Tensor oa = backend_.empty(DType::kF32, {n, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
     backend_.grouped_matmul(args.out, lw.wo_a, c.o_groups, oa);
     Tensor y = backend_.empty(DType::kF32, {n, D});
