@@ -255,6 +255,18 @@ public:
     // out[N, D] += Σ_i weights[n, i] * expert_{ids[n, i]}(x[n]) with clamped SwiGLU experts.
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              std::span<const ExpertWeights> experts, float limit, Tensor& out) = 0;
+    // The MoE feed-forward with its shared expert: out[N, D] = shared(x) + the routed sum above
+    // (out is overwritten); a device backend runs the shared expert as one more slot per token.
+    virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                         const ExpertWeights& shared, float limit, Tensor& out) {
+        int64_t n = x.dim(0), inter = shared.w1.dim(0);
+        Tensor gate = empty(DType::kF32, {n, inter}), up = empty(DType::kF32, {n, inter});
+        matmul(x, shared.w1, gate);
+        matmul(x, shared.w3, up);
+        swiglu(gate, up, limit, gate);
+        matmul(gate, shared.w2, out);
+        moe_experts(x, ids, weights, experts, limit, out);
+    }
 };
 
 // The CPU backend; num_threads 0 = all hardware threads.

@@ -406,6 +406,11 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
             cpu->moe_experts(x, ia, wa, ex, 1.0f, oa);
             ref->moe_experts(x, ia, wa, ex, 1.0f, ob);
             EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "n " << n << " d " << d << " inter " << inter;
+            // With the shared expert (the reference: its three matmuls, then the routed experts).
+            ExpertWeights shared{random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)};
+            cpu->moe_ffn(x, ia, wa, ex, shared, 1.0f, oa);
+            ref->moe_ffn(x, ia, wa, ex, shared, 1.0f, ob);
+            EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "moe_ffn, n " << n << " d " << d << " inter " << inter;
         }
     }
 }

@@ -207,6 +207,14 @@ public:
         dev_->moe_experts(up(x), up(ids), up(weights), dev_experts, limit, o);
         down(o, out);
     }
+    void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                 const ExpertWeights& shared, float limit, Tensor& out) override {
+        std::vector<ExpertWeights> dev_experts;
+        for (const auto& e : experts) dev_experts.push_back({up(e.w1), up(e.w3), up(e.w2)});
+        Tensor o = up(out);
+        dev_->moe_ffn(up(x), up(ids), up(weights), dev_experts, {up(shared.w1), up(shared.w3), up(shared.w2)}, limit, o);
+        down(o, out);
+    }
 
 private:
     Tensor up(const Tensor& host) { return dev_->upload(host); }

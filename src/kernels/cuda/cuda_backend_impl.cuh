@@ -106,6 +106,8 @@ public:
                    float scaling, Tensor& ids, Tensor& weights) override;
     void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
                      float limit, Tensor& out) override;
+    void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                 const ExpertWeights& shared, float limit, Tensor& out) override;
 
     // y[m, n] (+)= x[m, k] · w[n, k]ᵀ with row strides, x fp32 on the device, w bf16 or fp32.
     void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
@@ -174,6 +176,10 @@ private:
     };
     void moe_experts_gemm(const Tensor& x, const ExpertTokens& by_expert, int top_k, std::span<const ExpertWeights> experts,
                           float limit, Tensor& out);
+    // Steps of up to kMaxPerPairs (token, slot) pairs run the experts straight from the device ids.
+    static constexpr int64_t kMaxPerPairs = 64;
+    void moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, ExpertRows shared,
+                      int inter, float limit, Tensor& out);
     void moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, int experts,
                              int inter, float limit, Tensor& out);
 

@@ -75,14 +75,21 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
 }
 
 // h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot).
-// Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
-__global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, int top_k, int d, int inter,
-                              float limit, float* h) {
-    pdl_prologue();
+// With a shared expert (shared.w1 non-null) every token has one more slot, after its routed ones,
+// whose rows are known before the routing: its blocks start them loading into L2 before the PDL
+// wait. Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
+__global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, ExpertRows shared, int top_k, int d,
+                              int inter, float limit, float* h) {
+    pdl_launch_dependents();
     int pair = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    const float* xt = x + static_cast<long long>(pair / top_k) * d;
-    ExpertRows e = ex[ids[pair]];
-    for (int i = blockIdx.y * warps + threadIdx.x / 32; i < inter; i += gridDim.y * warps) {
+    int slots = top_k + (shared.w1 != nullptr), token = pair / slots, slot = pair % slots;
+    int first_row = blockIdx.y * warps + threadIdx.x / 32;
+    if (slot == top_k && first_row < inter && lane < 2)
+        prefetch_l2((lane == 0 ? shared.w1 : shared.w3) + static_cast<long long>(first_row) * d, d * 2);
+    pdl_wait();
+    const float* xt = x + static_cast<long long>(token) * d;
+    ExpertRows e = slot == top_k ? shared : ex[ids[token * top_k + slot]];
+    for (int i = first_row; i < inter; i += gridDim.y * warps) {
         const __nv_bfloat16* r1 = e.w1 + static_cast<long long>(i) * d;
         const __nv_bfloat16* r3 = e.w3 + static_cast<long long>(i) * d;
         float g = 0, u = 0;
@@ -99,25 +106,39 @@ __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* 
     }
 }
 
-// out[token, r] += Σ_slot weight[token, slot] * w2_r · h[(token, slot)].
-__global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex, int top_k,
-                                int d, int inter, float* out) {
-    pdl_prologue();
+// out[token, r] (+)= Σ_slot weight[token, slot] * w2_r · h[(token, slot)], the shared expert's
+// slot (if any) last with weight 1. The slots' matrices and weights are looked up once per warp
+// (not once per row and slot: a dependent chain of loads before each slot's row).
+constexpr int kMaxDownSlots = 17;  // top_k <= 16 plus the shared expert
+
+__global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex,
+                                ExpertRows shared, int top_k, int d, int inter, bool accumulate, float* out) {
+    pdl_launch_dependents();
     int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    for (int r = blockIdx.y * warps + threadIdx.x / 32; r < d; r += gridDim.y * warps) {
+    int slots = top_k + (shared.w1 != nullptr), first_row = blockIdx.y * warps + threadIdx.x / 32;
+    if (slots > top_k && first_row < d && lane == 0)
+        prefetch_l2(shared.w2 + static_cast<long long>(first_row) * inter, inter * 2);
+    pdl_wait();
+    const __nv_bfloat16* w2[kMaxDownSlots];
+    float ws[kMaxDownSlots];
+    for (int s = 0; s < slots; ++s) {
+        int pair = token * top_k + s;
+        w2[s] = s < top_k ? ex[ids[pair]].w2 : shared.w2;
+        ws[s] = s < top_k ? weights[pair] : 1.0f;
+    }
+    for (int r = first_row; r < d; r += gridDim.y * warps) {
         float acc = 0;  // one reduction for all slots: each slot's weight scales its products
-        for (int s = 0; s < top_k; ++s) {
-            int pair = token * top_k + s;
-            const __nv_bfloat16* row = ex[ids[pair]].w2 + static_cast<long long>(r) * inter;
-            const float* hp = h + static_cast<long long>(pair) * inter;
-            float ws = weights[pair];
+        for (int s = 0; s < slots; ++s) {
+            const __nv_bfloat16* row = w2[s] + static_cast<long long>(r) * inter;
+            const float* hp = h + static_cast<long long>(token * slots + s) * inter;
 #pragma unroll 4
             for (int c = lane * 8; c < inter; c += 256)
-                acc += ws * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
-                                 *reinterpret_cast<const float4*>(hp + c + 4));
+                acc += ws[s] * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
+                                    *reinterpret_cast<const float4*>(hp + c + 4));
         }
         acc = warp_sum(acc);
-        if (lane == 0) out[static_cast<long long>(token) * d + r] += acc;
+        float* o = out + static_cast<long long>(token) * d + r;
+        if (lane == 0) *o = accumulate ? *o + acc : acc;
     }
 }
 
@@ -176,25 +197,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     // and run grouped tensor-core GEMMs (moe_gemm.cu); weights that are not bf16 loop over experts.
     // Measured on an H200 (docs/benchmarks.md): 48 pairs 1.6 ms per-pair vs 5.7 ms grouped per
     // step; 384 pairs 12.8 ms grouped vs 36 ms per-expert GEMMs; 6,144 pairs GEMMs win.
-    constexpr int64_t kMaxPerPairs = 64, kMaxGroupedPairs = 1024;
+    constexpr int64_t kMaxGroupedPairs = 1024;
     int64_t pairs = n * top_k;
     bool vector_rows = d % 8 == 0 && experts[0].w1.dim(0) % 8 == 0;
-    const ExpertRows* rows_dev = vector_rows && pairs <= kMaxGroupedPairs ? expert_rows(experts) : nullptr;
+    const ExpertRows* rows_dev =
+        vector_rows && pairs <= kMaxGroupedPairs && top_k < kMaxDownSlots ? expert_rows(experts) : nullptr;
     int inter = static_cast<int>(experts[0].w1.dim(0));
     if (rows_dev != nullptr && pairs > kMaxPerPairs) {
         moe_experts_grouped(x, ids, weights, rows_dev, static_cast<int>(experts.size()), inter, limit, out);
         return;
     }
     if (rows_dev != nullptr) {
-        int warps = 8;
-        Tensor h = empty(DType::kF32, {n * top_k, inter});
-        dim3 up(static_cast<unsigned>(n * top_k), static_cast<unsigned>((inter + warps - 1) / warps));  // a row per warp
-        launch_pdl(moe_up_kernel, up, 32 * warps, 0, stream(), x.data<float>(), ids.data<int>(), rows_dev,
-                   static_cast<int>(top_k), static_cast<int>(d), inter, limit, h.data<float>());
-        dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + warps - 1) / warps));
-        launch_pdl(moe_down_kernel, down, 32 * warps, 0, stream(), h.data<float>(), ids.data<int>(),
-                   weights.data<float>(), rows_dev, static_cast<int>(top_k), static_cast<int>(d), inter,
-                   out.data<float>());
+        moe_per_pair(x, ids, weights, rows_dev, ExpertRows{}, inter, limit, out);
         return;
     }
     std::vector<int> h_ids(n * top_k);
@@ -237,6 +251,39 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         launch_pdl(scatter_kernel, m, 256, 0, stream(), ye.data<float>(), meta.data<int>(),
                    reinterpret_cast<const float*>(meta.data<int>() + m), d, out.data<float>());
     }
+}
+
+// Up to kMaxPerPairs (token, slot) pairs: each pair reads its expert's rows (one warp per row),
+// plus the shared expert's slot per token when `shared` has rows.
+void CudaBackend::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
+                               ExpertRows shared, int inter, float limit, Tensor& out) {
+    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), slots = top_k + (shared.w1 != nullptr);
+    constexpr int kWarpsPerBlock = 8;
+    Tensor h = empty(DType::kF32, {n * slots, inter});
+    dim3 up(static_cast<unsigned>(n * slots), static_cast<unsigned>((inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
+    launch_pdl(moe_up_kernel, up, 32 * kWarpsPerBlock, 0, stream(), x.data<float>(), ids.data<int>(), rows, shared,
+               static_cast<int>(top_k), static_cast<int>(d), inter, limit, h.data<float>());
+    dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock));
+    launch_pdl(moe_down_kernel, down, 32 * kWarpsPerBlock, 0, stream(), h.data<float>(), ids.data<int>(),
+               weights.data<float>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter,
+               shared.w1 == nullptr, out.data<float>());
+}
+
+void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                          const ExpertWeights& shared, float limit, Tensor& out) {
+    DI_CUDA_OP("moe_ffn");
+    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
+    int inter = static_cast<int>(experts[0].w1.dim(0));
+    ExpertWeights one[] = {shared};
+    bool fits = n > 0 && n * top_k <= kMaxPerPairs && top_k < kMaxDownSlots && d % 8 == 0 && inter % 8 == 0 && all_bf16(one) &&
+                shared.w1.dim(0) == inter;
+    const ExpertRows* rows = fits ? expert_rows(experts) : nullptr;
+    if (rows == nullptr) {  // longer steps: the shared expert's GEMMs, then the routed path
+        Backend::moe_ffn(x, ids, weights, experts, shared, limit, out);
+        return;
+    }
+    ExpertRows s{shared.w1.data<__nv_bfloat16>(), shared.w3.data<__nv_bfloat16>(), shared.w2.data<__nv_bfloat16>()};
+    moe_per_pair(x, ids, weights, rows, s, inter, limit, out);
 }
 
 }  // namespace deepinfer::kernels::cuda
