@@ -131,6 +131,17 @@ struct MatmulTarget {
     Tensor* y;
 };
 
+// One in-place row job of norm_rope_many: rms_norm (when `norm`, weight optional), then forward
+// rope (when `rope` is set) with rows r*group .. r*group+group-1 at positions[r].
+struct NormRopeJob {
+    Tensor* x;  // [R, C]
+    bool norm = true;
+    const Tensor* weight = nullptr;
+    float eps = 1e-6f;
+    const Rope* rope = nullptr;
+    int group = 1;
+};
+
 // Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
 struct ExpertWeights {
     Tensor w1, w3, w2;
@@ -190,6 +201,17 @@ public:
                                const Rope& r) {
         rms_norm(x, weight, eps, x);
         rope(x, positions, group, r, false);
+    }
+    // Independent norm / rope jobs on different tensors, one launch on a device backend.
+    virtual void norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) {
+        for (const NormRopeJob& j : jobs) {
+            if (j.norm && j.rope != nullptr)
+                rms_norm_rope(*j.x, j.weight, j.eps, positions, j.group, *j.rope);
+            else if (j.norm)
+                rms_norm(*j.x, j.weight, j.eps, *j.x);
+            else if (j.rope != nullptr)
+                rope(*j.x, positions, j.group, *j.rope, false);
+        }
     }
     // out[i, :] = x[rows[i], :].
     virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;

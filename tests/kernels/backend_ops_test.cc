@@ -128,6 +128,17 @@ TEST_P(BackendOps, DenseOps) {
         ref->rope(xb, pos, 4, rope, false);
         EXPECT_TRUE(all_close(xa, xb, tol)) << "rms_norm_rope" << (weight ? " with weight" : "");
     }
+    {  // norm_rope_many: a weighted norm, a norm + rope over 4-row groups, a rope alone over 2-row groups
+        Tensor wq = random_f32({40}, rng);
+        Tensor a0 = random_f32({6, 40}, rng, 2.0f), a1 = random_f32({24, 40}, rng, 2.0f), a2 = random_f32({12, 40}, rng, 2.0f);
+        Tensor b0 = copy_of(a0), b1 = copy_of(a1), b2 = copy_of(a2);
+        NormRopeJob ja[] = {{&a0, true, &wq, 1e-6f}, {&a1, true, nullptr, 1e-6f, &rope, 4}, {&a2, false, nullptr, 0.0f, &rope, 2}};
+        cpu->norm_rope_many(ja, pos);
+        ref->rms_norm(b0, &wq, 1e-6f, b0);
+        ref->rms_norm_rope(b1, nullptr, 1e-6f, pos, 4, rope);
+        ref->rope(b2, pos, 2, rope, false);
+        EXPECT_TRUE(all_close(a0, b0, tol) && all_close(a1, b1, tol) && all_close(a2, b2, tol)) << "norm_rope_many";
+    }
 
     Tensor g = random_f32({5, 9}, rng, 3.0f), u = random_f32({5, 9}, rng, 3.0f);
     Tensor sa = Tensor::empty(DType::kF32, {5, 9}), sb = Tensor::empty(DType::kF32, {5, 9});

@@ -61,6 +61,21 @@ public:
         dev_->rms_norm_rope(o, weight ? &w : nullptr, eps, up(positions), group, up(rope));
         down(o, x);
     }
+    void norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) override {
+        std::vector<Tensor> xs, ws;
+        std::vector<Rope> ropes;
+        xs.reserve(jobs.size()), ws.reserve(jobs.size()), ropes.reserve(jobs.size());
+        std::vector<NormRopeJob> dev_jobs;
+        for (const NormRopeJob& j : jobs) {
+            NormRopeJob d = j;
+            d.x = &xs.emplace_back(up(*j.x));
+            if (j.weight) d.weight = &ws.emplace_back(up(*j.weight));
+            if (j.rope) d.rope = &ropes.emplace_back(up(*j.rope));
+            dev_jobs.push_back(d);
+        }
+        dev_->norm_rope_many(dev_jobs, up(positions));
+        for (size_t i = 0; i < jobs.size(); ++i) down(xs[i], *jobs[i].x);
+    }
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
         Tensor o = up(out);
         dev_->gather_rows(up(x), up(rows), o);

@@ -88,6 +88,38 @@ __global__ void rms_norm_rope_kernel(float* x, const float* w, float eps, int64_
                blockDim.x);
 }
 
+// norm_rope_many: one block per row of any job; the job's rows follow the previous job's.
+constexpr int kMaxNormRopeJobs = 4;
+struct NormRopeJobs {
+    struct Job {
+        float* x;
+        const float* weight;
+        const float* inv_freq;  // null: no rope
+        int64_t cols;
+        int first_block, group, rope_dim;
+        float eps, rope_scale;
+        bool norm;
+    } job[kMaxNormRopeJobs];
+    int count;
+    const long long* positions;
+};
+
+__global__ void norm_rope_many_kernel(NormRopeJobs a) {
+    pdl_prologue();
+    int j = 0;
+    while (j + 1 < a.count && static_cast<int>(blockIdx.x) >= a.job[j + 1].first_block) ++j;
+    const NormRopeJobs::Job& job = a.job[j];
+    int64_t r = blockIdx.x - job.first_block;
+    float* row = job.x + r * job.cols;
+    if (job.norm) {
+        rms_norm_row(row, job.weight, job.eps, job.cols, row);
+        __syncthreads();  // rope pairs are read by other threads than the ones that wrote them
+    }
+    if (job.inv_freq != nullptr)
+        rope_pairs(row, static_cast<int>(job.cols), a.positions[r / job.group], job.inv_freq, job.rope_dim, job.rope_scale,
+                   false, threadIdx.x, blockDim.x);
+}
+
 __global__ void gather_rows_kernel(const float* x, const int* rows, int64_t cols, float* out) {
     pdl_prologue();
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = x[rows[blockIdx.x] * cols + c];
@@ -347,6 +379,27 @@ void CudaBackend::rms_norm_rope(Tensor& x, const Tensor* weight, float eps, cons
     if (rows == 0) return;
     launch_pdl(rms_norm_rope_kernel, rows, 128, 0, stream_, x.data<float>(), weight ? weight->data<float>() : nullptr,
                eps, cols, positions.data<long long>(), group, r.inv_freq.data<float>(), r.rope_dim, r.scale);
+}
+
+void CudaBackend::norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) {
+    DI_CUDA_OP("norm_rope_many");
+    if (jobs.size() > kMaxNormRopeJobs) {
+        Backend::norm_rope_many(jobs, positions);
+        return;
+    }
+    NormRopeJobs a{};
+    int blocks = 0;
+    for (const NormRopeJob& j : jobs) {
+        int64_t cols = j.x->dim(-1), rows = j.x->numel() / cols;
+        if (rows == 0) continue;
+        NormRopeJobs::Job& d = a.job[a.count++];
+        d = {j.x->data<float>(), j.weight ? j.weight->data<float>() : nullptr,
+             j.rope ? j.rope->inv_freq.data<float>() : nullptr, cols, blocks, j.group, j.rope ? j.rope->rope_dim : 0, j.eps,
+             j.rope ? j.rope->scale : 1.0f, j.norm};
+        blocks += static_cast<int>(rows);
+    }
+    a.positions = positions.defined() ? positions.data<long long>() : nullptr;
+    launch_pdl(norm_rope_many_kernel, blocks, 128, 0, stream_, a);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {

@@ -76,6 +76,7 @@ public:
     void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;
     void rms_norm_rope(Tensor& x, const Tensor* weight, float eps, const Tensor& positions, int group,
                        const Rope& r) override;
+    void norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) override;
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
     void add(const Tensor& x, Tensor& y) override;
     void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;

@@ -117,14 +117,20 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     CompressorInputs comp;
     if (compressed) compressor_targets(l, n, comp, from_x);
     backend_.matmul_many(st.x, from_x);
-    backend_.rms_norm(qr, &lw.q_norm, eps, qr);
+    kernels::NormRopeJob from_x_norms[] = {{&qr, true, &lw.q_norm, eps}, {&kv, true, &lw.kv_norm, eps, &rope, 1}};
+    backend_.norm_rope_many(from_x_norms, st.positions);
     Tensor q = backend_.empty(DType::kF32, {n, H, d});
     std::vector<kernels::MatmulTarget> from_qr = {{&lw.wq_b, &q}};
     if (comp.index_q.defined()) from_qr.push_back({&lw.index_wq_b, &comp.index_q});
     backend_.matmul_many(qr, from_qr);
-    Tensor q_heads = q.reshape({n * H, d});
-    backend_.rms_norm_rope(q_heads, nullptr, eps, st.positions, static_cast<int>(H), rope);
-    backend_.rms_norm_rope(kv, &lw.kv_norm, eps, st.positions, 1, rope);
+    // Query heads normalised and roped; the indexer's queries (CSA) roped with the compressed rope.
+    Tensor q_heads = q.reshape({n * H, d}), index_q_rows;
+    std::vector<kernels::NormRopeJob> q_jobs = {{&q_heads, true, nullptr, eps, &rope, static_cast<int>(H)}};
+    if (comp.index_q.defined()) {
+        index_q_rows = comp.index_q.reshape({n * cfg_.index_n_heads, cfg_.index_head_dim});
+        q_jobs.push_back({&index_q_rows, false, nullptr, eps, &rope_compress_, static_cast<int>(cfg_.index_n_heads)});
+    }
+    backend_.norm_rope_many(q_jobs, st.positions);
 
     HybridCache::LayerState& ls = cache.layer(l);
     AttentionArgs args;
@@ -208,9 +214,7 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
     backend_.compressor_update(st.step.seqs, ia);
 
     kernels::IndexerArgs xa;
-    xa.q = in.index_q;
-    Tensor q_rows = xa.q.reshape({n * hi, di});
-    backend_.rope(q_rows, st.positions, static_cast<int>(hi), rope_compress_, false);
+    xa.q = in.index_q;  // roped in attention_block
     xa.weights = in.index_weights;
     xa.keys = &index_store;
     xa.rate = rate;
