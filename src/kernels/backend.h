@@ -232,6 +232,15 @@ public:
         hc_pre(streams, fn, base, scale, p, collapsed, post, comb);
         rms_norm(collapsed, &norm_weight, eps, collapsed);
     }
+    // hc_post(streams, y, post, comb), then hc_pre_norm of the updated streams for the next mHC
+    // site (its fn/base/scale/norm), writing collapsed and a new post/comb (which may be the same
+    // tensors as the inputs). A device backend fuses the update with the next site's products.
+    virtual void hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& post, Tensor& comb, const Tensor& fn,
+                                  const Tensor& base, const Tensor& scale, const MhcParams& p, const Tensor& norm_weight,
+                                  float eps, Tensor& collapsed) {
+        hc_post(streams, y, post, comb);
+        hc_pre_norm(streams, fn, base, scale, p, norm_weight, eps, collapsed, post, comb);
+    }
     // streams[k] = post[k] * y + Σ_j comb[j, k] * streams[j], in place.
     virtual void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) = 0;
     // hc_pre's coefficients without the collapse: pre [N, hc], post, comb (delayed mHC of V4.1,

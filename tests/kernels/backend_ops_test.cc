@@ -199,6 +199,16 @@ TEST_P(BackendOps, Mhc) {
         cpu->hc_post(sa, y, pa, ma);
         ref->hc_post(sb, y, pa, ma);
         EXPECT_TRUE(all_close(sa, sb, tol));
+        // The stream update fused with the next site's collapse (the GPU's one pass for <= 64 tokens).
+        Tensor y2 = random_f32({n, d}, rng), s1 = copy_of(streams), s2 = copy_of(streams);
+        Tensor p1 = copy_of(pa), c1 = copy_of(ma), p2 = copy_of(pa), c2 = copy_of(ma);
+        Tensor x1 = Tensor::empty(DType::kF32, {n, d}), x2 = copy_of(x1), nw2 = random_f32({d}, rng);
+        cpu->hc_post_pre_norm(s1, y2, p1, c1, fn, base, scale, p, nw2, 1e-6f, x1);
+        ref->hc_post(s2, y2, p2, c2);
+        ref->hc_pre_norm(s2, fn, base, scale, p, nw2, 1e-6f, x2, p2, c2);
+        EXPECT_TRUE(all_close(s1, s2, tol)) << "hc_post_pre_norm streams";
+        EXPECT_TRUE(all_close(x1, x2, tol)) << "hc_post_pre_norm collapsed";
+        EXPECT_TRUE(all_close(p1, p2, tol) && all_close(c1, c2, tol)) << "hc_post_pre_norm coefficients";
         Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng), hscale = random_f32({1}, rng);
         Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
         cpu->hc_head(streams, hfn, hbase, hscale, p, ha);

@@ -108,6 +108,16 @@ public:
         down(po, post);
         down(cb, comb);
     }
+    void hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& post, Tensor& comb, const Tensor& fn, const Tensor& base,
+                          const Tensor& scale, const MhcParams& p, const Tensor& norm_weight, float eps,
+                          Tensor& collapsed) override {
+        Tensor s = up(streams), po = up(post), cb = up(comb), c = up(collapsed);
+        dev_->hc_post_pre_norm(s, up(y), po, cb, up(fn), up(base), up(scale), p, up(norm_weight), eps, c);
+        down(s, streams);
+        down(po, post);
+        down(cb, comb);
+        down(c, collapsed);
+    }
     void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override {
         Tensor s = up(streams);
         dev_->hc_post(s, up(y), up(post), up(comb));

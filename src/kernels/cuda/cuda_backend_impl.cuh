@@ -86,6 +86,9 @@ public:
     void hc_pre_norm(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                      const Tensor& norm_weight, float eps, Tensor& collapsed, Tensor& post, Tensor& comb) override;
     void hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+    void hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& post, Tensor& comb, const Tensor& fn, const Tensor& base,
+                          const Tensor& scale, const MhcParams& p, const Tensor& norm_weight, float eps,
+                          Tensor& collapsed) override;
     void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
                 Tensor& pre, Tensor& post, Tensor& comb) override;
     void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) override;

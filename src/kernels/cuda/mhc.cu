@@ -58,6 +58,21 @@ __device__ __forceinline__ float warp_sums_by_lane(const float (&in)[V], int lan
     return v[0];
 }
 
+// Block sums of the W + 1 per-thread values into parts[0..W] (the block's split of a token).
+template <int W>
+__device__ __forceinline__ void write_split_sums(const float (&acc)[W + 1], float* parts) {
+    __shared__ float red[kDotsThreads / 32][W + 1];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float total = warp_sums_by_lane<W + 1>(acc, lane);  // lane j: the warp's sum of value j
+    if (lane <= W) red[warp][lane] = total;
+    __syncthreads();
+    if (threadIdx.x <= W) {
+        float v = 0;
+        for (int w = 0; w < kDotsThreads / 32; ++w) v += red[w][threadIdx.x];
+        parts[threadIdx.x] = v;
+    }
+}
+
 template <int W>
 __device__ __forceinline__ void hc_dots(const float* streams, const float* fn, int64_t width, float* parts) {
     int split = blockIdx.x, splits = gridDim.x;
@@ -71,16 +86,22 @@ __device__ __forceinline__ void hc_dots(const float* streams, const float* fn, i
             acc[j] = x.x * f.x + x.y * f.y + x.z * f.z + x.w * f.w;
         }
     }
-    __shared__ float red[kDotsThreads / 32][W + 1];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float total = warp_sums_by_lane<W + 1>(acc, lane);  // lane j: the warp's sum of value j
-    if (lane <= W) red[warp][lane] = total;
+    write_split_sums<W>(acc, parts + (token * splits + split) * (W + 1));
+}
+
+// Whether this block is the last of the grid's row (blockIdx.y) to get here; the count is reset
+// by that block, ready for the next launch. Each block's writes are visible before it counts.
+__device__ bool last_split_to_arrive(int* arrivals) {
+    __threadfence();
     __syncthreads();
-    if (threadIdx.x <= W) {
-        float v = 0;
-        for (int w = 0; w < kDotsThreads / 32; ++w) v += red[w][threadIdx.x];
-        parts[(token * splits + split) * (W + 1) + threadIdx.x] = v;
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(arrivals + blockIdx.y, 1) == static_cast<int>(gridDim.x) - 1;
+        if (last) arrivals[blockIdx.y] = 0;
     }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
 }
 
 // post and comb of one token from its mixes `m`, on one warp: lane (j, k) = (lane / hc, lane % hc)
@@ -182,7 +203,7 @@ __device__ void hc_pre_token(const HcPreArgs& a, int64_t n, const float* mixes, 
 #pragma unroll 4
         for (int64_t e = me; e < d; e += workers) {
             float acc = 0;
-            for (int j = 0; j < hc; ++j) acc += pre[j] * x[j * d + e];
+            for (int j = 0; j < hc; ++j) acc += pre[j] * __ldcg(x + j * d + e);  // may be this kernel's writes
             out[e] = acc;
             ss += acc * acc;
         }
@@ -204,26 +225,42 @@ __global__ void hc_pre_kernel(HcPreArgs a, const float* mixes, int splits) {
     hc_pre_token(a, blockIdx.x, mixes, splits);
 }
 
-// hc_dots_kernel and hc_pre_kernel in one launch (decode: one fewer kernel per mHC site): the
-// last of a token's split blocks to finish (counted in arrivals[token], reset by that block)
-// finishes the token. Each block makes its partial sums visible before it counts itself.
+// hc_dots and hc_pre_token in one launch (decode: one kernel per mHC site): the last of a
+// token's split blocks to finish finishes the token.
 template <int W>
 __global__ void __launch_bounds__(kDotsThreads) hc_dots_pre_kernel(HcPreArgs a, const float* fn, float* parts,
                                                                    int* arrivals) {
     pdl_prologue();
-    int64_t token = blockIdx.y;
     hc_dots<W>(a.streams, fn, a.hc * a.d, parts);
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(arrivals + token, 1) == static_cast<int>(gridDim.x) - 1;
-        if (last) arrivals[token] = 0;
+    if (last_split_to_arrive(arrivals)) hc_pre_token(a, blockIdx.y, parts, gridDim.x);
+}
+
+// A site's stream update (hc_post) and the next site's hc_pre_norm in one launch, hc = 4: block
+// (split, token) updates columns e of all four streams (a thread per column, post/comb the old
+// site's) and adds their products with the next site's fn (a column's four flat positions); the
+// last split block of the token then runs hc_pre_token, which overwrites post/comb.
+template <int W>
+__global__ void __launch_bounds__(kDotsThreads) hc_post_dots_pre_kernel(HcPreArgs a, float* streams, const float* y,
+                                                                        const float* fn, float* parts, int* arrivals) {
+    pdl_prologue();
+    constexpr int hc = 4;
+    int64_t n = blockIdx.y, d = a.d, e = blockIdx.x * int64_t{kDotsThreads} + threadIdx.x;
+    float acc[W + 1] = {};
+    if (e < d) {
+        float* x = streams + n * hc * d;
+        float old[hc], now[hc];
+        for (int j = 0; j < hc; ++j) old[j] = x[j * d + e];
+        for (int k = 0; k < hc; ++k) {  // as hc_post_kernel
+            float v = a.post[n * hc + k] * y[n * d + e];
+            for (int j = 0; j < hc; ++j) v += a.comb[(n * hc + j) * hc + k] * old[j];
+            x[k * d + e] = now[k] = v;
+            acc[W] += v * v;
+        }
+        for (int w = 0; w < W; ++w)
+            for (int k = 0; k < hc; ++k) acc[w] += fn[w * hc * d + k * d + e] * now[k];
     }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    hc_pre_token(a, token, parts, gridDim.x);
+    write_split_sums<W>(acc, parts + (n * gridDim.x + blockIdx.x) * (W + 1));
+    if (last_split_to_arrive(arrivals)) hc_pre_token(a, n, parts, gridDim.x);
 }
 
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
@@ -293,6 +330,26 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     launch_pdl(rms_flat_kernel, n, 256, 0, stream(), streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
     gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), width, n);
     launch_pdl(hc_pre_kernel, n, 512, 0, stream(), a, mixes.data<float>(), 0);
+}
+
+void CudaBackend::hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& post, Tensor& comb, const Tensor& fn,
+                                   const Tensor& base, const Tensor& scale, const MhcParams& p, const Tensor& norm_weight,
+                                   float eps, Tensor& collapsed) {
+    DI_CUDA_OP("hc_post_pre_norm");
+    int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
+    if (p.hc != 4 || streams.dim(1) != 4 || fn.dtype() != DType::kF32 || n > kMaxHcSplitTokens) {
+        hc_post(streams, y, post, comb);
+        hc_pre_norm(streams, fn, base, scale, p, norm_weight, eps, collapsed, post, comb);
+        return;
+    }
+    if (n == 0) return;
+    HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
+                p.hc_eps, collapsed.data<float>(), nullptr, post.data<float>(), comb.data<float>(),
+                norm_weight.data<float>(), eps};
+    int splits = blocks_for(d, kDotsThreads);
+    Tensor parts = empty(DType::kF32, {n, splits, width + 1});
+    launch_pdl(hc_post_dots_pre_kernel<24>, dim3(splits, n), kDotsThreads, 0, stream(), a, streams.data<float>(),
+               y.data<float>(), fn.data<float>(), parts.data<float>(), hc_arrivals_.data<int>());
 }
 
 void CudaBackend::hc_post(Tensor& streams, const Tensor& y, const Tensor& post, const Tensor& comb) {

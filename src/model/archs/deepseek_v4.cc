@@ -23,6 +23,7 @@ struct DeepseekV4Model::StepTensors {
     Tensor streams;    // [N, hc, D]
     // Scratch of the current block.
     Tensor x, post, comb;  // [N, D], [N, hc], [N, hc, hc]
+    bool x_ready = false;  // x/post/comb already hold the next site's input (see close_site)
 };
 
 // The compressor and indexer projections of st.x (and the indexer's queries from q_a), computed
@@ -94,8 +95,7 @@ Tensor DeepseekV4Model::forward_described(const Batch& batch, HybridCache& cache
     Tensor picked = backend_.empty(DType::kF32, {r, hc, D});
     backend_.gather_rows(st.streams, in.logit_rows, picked);
     Tensor h = backend_.empty(DType::kF32, {r, D});
-    kernels::MhcParams mp{static_cast<int>(hc), cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.rms_norm_eps};
-    backend_.hc_head(picked, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, mp, h);
+    backend_.hc_head(picked, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, mhc_params(), h);
     backend_.rms_norm(h, &w_.norm, cfg_.rms_norm_eps, h);
     Tensor logits = backend_.empty(DType::kF32, {r, cfg_.vocab_size});
     backend_.matmul(h, w_.head, logits);
@@ -106,9 +106,7 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     const V4LayerWeights& lw = w_.layers[l];
     int64_t n = st.n, H = cfg_.num_attention_heads, d = cfg_.head_dim, D = cfg_.hidden_size;
     float eps = cfg_.rms_norm_eps;
-    kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
-    backend_.hc_pre_norm(st.streams, lw.attn_hc.fn, lw.attn_hc.base, lw.attn_hc.scale, mp, lw.attn_norm, eps, st.x, st.post,
-                         st.comb);
+    open_site(st, lw.attn_hc, lw.attn_norm);
     const kernels::Rope& rope = cfg_.layer_types[l] == AttentionType::kSliding ? rope_main_ : rope_compress_;
 
     bool compressed = cfg_.layer_types[l] != AttentionType::kSliding;
@@ -151,7 +149,7 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     backend_.grouped_matmul(args.out, lw.wo_a, cfg_.o_groups, oa);
     Tensor y = backend_.empty(DType::kF32, {n, D});
     backend_.matmul(oa, lw.wo_b, y);
-    backend_.hc_post(st.streams, y, st.post, st.comb);
+    close_site(st, y, &lw.ffn_hc, &lw.ffn_norm);
 }
 
 void DeepseekV4Model::compressor_targets(int l, int64_t n, CompressorInputs& in, std::vector<kernels::MatmulTarget>& from_x) {
@@ -229,14 +227,37 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
 void DeepseekV4Model::ffn_block(int l, StepTensors& st) {
     const V4LayerWeights& lw = w_.layers[l];
     int64_t n = st.n, D = cfg_.hidden_size;
-    float eps = cfg_.rms_norm_eps;
-    kernels::MhcParams mp{cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, eps};
-    backend_.hc_pre_norm(st.streams, lw.ffn_hc.fn, lw.ffn_hc.base, lw.ffn_hc.scale, mp, lw.ffn_norm, eps, st.x, st.post,
-                         st.comb);
-
+    open_site(st, lw.ffn_hc, lw.ffn_norm);
     Tensor y = backend_.empty(DType::kF32, {n, D});
     moe_feed_forward(backend_, cfg_, lw, cfg_.mlp_layer_types[l] == MlpType::kHashMoe, st.x, st.ids, y);
-    backend_.hc_post(st.streams, y, st.post, st.comb);
+    bool last = l + 1 == cfg_.num_hidden_layers;
+    close_site(st, y, last ? nullptr : &w_.layers[l + 1].attn_hc, last ? nullptr : &w_.layers[l + 1].attn_norm);
+}
+
+kernels::MhcParams DeepseekV4Model::mhc_params() const {
+    return {cfg_.hc_mult, cfg_.hc_sinkhorn_iters, cfg_.hc_eps, cfg_.rms_norm_eps};
+}
+
+// An mHC site's input: the streams collapsed and normalised, unless the previous site's
+// close_site already did it (fused with its stream update).
+void DeepseekV4Model::open_site(StepTensors& st, const MhcWeights& hc, const Tensor& norm) {
+    if (st.x_ready) {
+        st.x_ready = false;
+        return;
+    }
+    float eps = cfg_.rms_norm_eps;
+    backend_.hc_pre_norm(st.streams, hc.fn, hc.base, hc.scale, mhc_params(), norm, eps, st.x, st.post, st.comb);
+}
+
+// Adds a site's output y to the streams; with the next site's weights, also prepares its input.
+void DeepseekV4Model::close_site(StepTensors& st, const Tensor& y, const MhcWeights* next_hc, const Tensor* next_norm) {
+    if (next_hc == nullptr) {
+        backend_.hc_post(st.streams, y, st.post, st.comb);
+        return;
+    }
+    backend_.hc_post_pre_norm(st.streams, y, st.post, st.comb, next_hc->fn, next_hc->base, next_hc->scale, mhc_params(),
+                              *next_norm, cfg_.rms_norm_eps, st.x);
+    st.x_ready = true;
 }
 
 }  // namespace deepinfer::model

@@ -34,6 +34,9 @@ private:
     void compressed_keys(int l, StepTensors& st, HybridCache& cache, CompressorInputs& in, kernels::EntryStore& entries,
                          kernels::AttentionArgs& args);
     void ffn_block(int l, StepTensors& st);
+    kernels::MhcParams mhc_params() const;
+    void open_site(StepTensors& st, const MhcWeights& hc, const Tensor& norm);
+    void close_site(StepTensors& st, const Tensor& y, const MhcWeights* next_hc, const Tensor* next_norm);
 
     DeepseekV4Config cfg_;
     V4Weights w_;
