@@ -4,7 +4,8 @@
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on >= 5B random checkpoints, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
 # `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh profile` runs the tests, then only
-# our benchmark with a per-op profile of one decode step per batch size.
+# our benchmark with a per-op profile of one decode step per batch size and the per-kernel times of
+# one batch-1 step (Nsight Compute, scripts/ncu_kernel_table.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The binaries and libraries may come packed (tar -cJf .devcache/pack/cuda_run.tar.xz build-cuda/bin/...
@@ -34,6 +35,11 @@ if [ "${1:-}" = profile ]; then
         step "forward bench cuda with profile ($p)"
         run 240 $bin/bench_forward --model "/tmp/ckpt-$p" --device cuda --prompt 1024 --batch 1,8,64 --decode-steps 16 \
             --graphs both --profile
+        step "kernels of one batch-1 decode step, Nsight Compute ($p)"
+        timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+            $bin/bench_forward --model "/tmp/ckpt-$p" --device cuda --prompt 16 --batch 1 --decode-steps 2 --graphs off \
+            --context 16 > "${OUT:-/tmp}/ncu-$p.csv" 2>/dev/null
+        python3 scripts/ncu_kernel_table.py "${OUT:-/tmp}/ncu-$p.csv" 2>&1 | tee -a "$log" | head -40
     done
     exit 0
 fi
