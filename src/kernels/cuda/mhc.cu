@@ -197,15 +197,29 @@ __device__ void hc_pre_token(const HcPreArgs& a, int64_t n, const float* mixes, 
     if (a.collapsed == nullptr) return;  // uniform over the block
     const float* x = a.streams + n * hc * d;
     float* out = a.collapsed + n * d;
-    int workers = blockDim.x - 32, me = threadIdx.x - 32;
+    // Four columns per thread and load where rows allow (16-byte aligned): a quarter of the
+    // dependent load rounds on the few worker warps.
+    bool by4 = d % 4 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out) |
+                              reinterpret_cast<uintptr_t>(a.norm_w)) % 16 == 0;
+    int workers = blockDim.x - 32, me = threadIdx.x - 32, step = by4 ? 4 : 1;
     float ss = 0;
     if (me >= 0)
-#pragma unroll 4
-        for (int64_t e = me; e < d; e += workers) {
-            float acc = 0;
-            for (int j = 0; j < hc; ++j) acc += pre[j] * __ldcg(x + j * d + e);  // may be this kernel's writes
-            out[e] = acc;
-            ss += acc * acc;
+#pragma unroll 2
+        for (int64_t e = me * step; e < d; e += workers * step) {
+            if (by4) {
+                float4 acc = {0, 0, 0, 0};
+                for (int j = 0; j < hc; ++j) {  // may be this kernel's writes: read through L2
+                    float4 v = __ldcg(reinterpret_cast<const float4*>(x + j * d + e));
+                    acc.x += pre[j] * v.x, acc.y += pre[j] * v.y, acc.z += pre[j] * v.z, acc.w += pre[j] * v.w;
+                }
+                *reinterpret_cast<float4*>(out + e) = acc;
+                ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+            } else {
+                float acc = 0;
+                for (int j = 0; j < hc; ++j) acc += pre[j] * __ldcg(x + j * d + e);
+                out[e] = acc;
+                ss += acc * acc;
+            }
         }
     if (a.norm_w == nullptr) return;
     __shared__ float warp_ss[32];
@@ -216,8 +230,8 @@ __device__ void hc_pre_token(const HcPreArgs& a, int64_t n, const float* mixes, 
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_ss[w];
     float inv = rsqrtf(total / d + a.norm_w_eps);
     if (me >= 0)  // each thread rescales the elements it wrote
-#pragma unroll 4
-        for (int64_t e = me; e < d; e += workers) out[e] = a.norm_w[e] * (out[e] * inv);
+        for (int64_t e = me * step; e < d; e += workers * step)
+            for (int i = 0; i < step; ++i) out[e + i] = a.norm_w[e + i] * (out[e + i] * inv);
 }
 
 __global__ void hc_pre_kernel(HcPreArgs a, const float* mixes, int splits) {
@@ -286,6 +300,31 @@ __global__ void hc_head_kernel(const float* streams, const float* mixes, const f
     if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf(mixes[n * hc + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
     __syncthreads();
     weighted_stream_sum(streams + n * hc * d, pre, hc, d, out + n * d);
+}
+
+// Decode-sized hc_head in one launch (hc = W = 4): the split mix products, then the last split
+// block of the token scales them by the flat RMS and collapses the streams.
+template <int W>
+__global__ void __launch_bounds__(kDotsThreads) hc_head_dots_kernel(const float* streams, const float* fn, int64_t d,
+                                                                    float norm_eps, const float* base, const float* scale,
+                                                                    float hc_eps, float* parts, int* arrivals, float* out) {
+    pdl_prologue();
+    hc_dots<W>(streams, fn, W * d, parts);
+    if (!last_split_to_arrive(arrivals)) return;
+    int64_t n = blockIdx.y;
+    const float* part = parts + n * gridDim.x * (W + 1);
+    __shared__ float pre[W];
+    if (threadIdx.x < W) {
+        float ss = 0, dot = 0;
+        for (unsigned s = 0; s < gridDim.x; ++s) {
+            ss += __ldcg(part + s * (W + 1) + W);
+            dot += __ldcg(part + s * (W + 1) + threadIdx.x);
+        }
+        float m = dot * rsqrtf(ss / (W * d) + norm_eps);
+        pre[threadIdx.x] = sigmoidf(m * scale[0] + base[threadIdx.x]) + hc_eps;
+    }
+    __syncthreads();
+    weighted_stream_sum(streams + n * W * d, pre, W, d, out + n * d);
 }
 
 }  // namespace
@@ -365,6 +404,14 @@ void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor&
     DI_CUDA_OP("hc_head");
     int64_t n = streams.dim(0), d = streams.dim(2);
     if (n == 0) return;
+    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
+        int splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
+        Tensor parts = empty(DType::kF32, {n, splits, p.hc + 1});
+        launch_pdl(hc_head_dots_kernel<4>, dim3(splits, n), kDotsThreads, 0, stream(), streams.data<float>(),
+                   fn.data<float>(), d, p.norm_eps, base.data<float>(), scale.data<float>(), p.hc_eps,
+                   parts.data<float>(), hc_arrivals_.data<int>(), out.data<float>());
+        return;
+    }
     Tensor flat = empty(DType::kF32, {n, p.hc * d}), mixes = empty(DType::kF32, {n, static_cast<int64_t>(p.hc)});
     launch_pdl(rms_flat_kernel, n, 256, 0, stream(), streams.data<float>(), p.hc * d, p.norm_eps, flat.data<float>());
     gemm(flat.data<float>(), p.hc * d, fn, mixes.data<float>(), p.hc, n);
