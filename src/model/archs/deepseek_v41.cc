@@ -313,11 +313,11 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
     SourceInputs src;
     if (ratio > 0) source_targets(l, st, src, from_x, from_qr);
     backend_.matmul_many(st.x, from_x);
-    backend_.rms_norm(qr, &lw.q_norm, eps, qr);
+    kernels::NormRopeJob from_x_norms[] = {{&qr, true, &lw.q_norm, eps}, {&kv, true, &lw.kv_norm, eps, &rope, 1}};
+    backend_.norm_rope_many(from_x_norms, st.in.positions);
     backend_.matmul_many(qr, from_qr);  // no per-head q norm in V4.1
     Tensor q_heads = q.reshape({n * H, d});
     backend_.rope(q_heads, st.in.positions, static_cast<int>(H), rope, false);
-    backend_.rms_norm_rope(kv, &lw.kv_norm, eps, st.in.positions, 1, rope);
     backend_.fake_quantize(kv, QuantFormat::kFp8Ue8m0x32);
 
     HybridCache::LayerState& ls = cache.layer(l);
