@@ -142,6 +142,13 @@ struct NormRopeJob {
     int group = 1;
 };
 
+// What attend_and_store does to the query heads before attending (see there).
+struct QueryPrep {
+    bool norm = false;
+    float eps = 1e-6f;
+    const Rope* rope = nullptr;
+};
+
 // Routed experts of one MoE layer: expert e uses rows of w1/w3 [inter, D] and w2 [D, inter].
 struct ExpertWeights {
     Tensor w1, w3, w2;
@@ -261,10 +268,18 @@ public:
     virtual void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) = 0;
     // Stores the new tokens' kv into the rings (the last ring_slots of them per sequence).
     virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
-    // attention(args), ring_write(args.kv into args.ring), then the inverse rope of args.out
-    // (group = heads) at `positions`; a device backend folds the last two into the attention.
+    // The query heads' preparation (rms_norm without weight when `norm`, then forward rope when
+    // `rope` is set), then attention(args), ring_write(args.kv into args.ring), then the inverse
+    // rope of args.out (group = heads) at `positions`. A device backend applies the preparation
+    // to the queries as the attention loads them (args.q is then left unprepared) and folds the
+    // ring store and the output rope into the attention's last pass.
     virtual void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
-                                  const Rope& out_rope) {
+                                  const Rope& out_rope, const QueryPrep& q_prep = {}) {
+        if (q_prep.norm || q_prep.rope != nullptr) {
+            Tensor q = args.q.reshape({args.q.dim(0) * args.q.dim(1), args.q.dim(2)});
+            NormRopeJob job{&q, q_prep.norm, nullptr, q_prep.eps, q_prep.rope, static_cast<int>(args.q.dim(1))};
+            norm_rope_many({&job, 1}, positions);
+        }
         attention(seqs, args);
         Tensor ring = args.ring, o = args.out.reshape({args.out.dim(0) * args.out.dim(1), args.out.dim(2)});
         ring_write(seqs, args.kv, ring);

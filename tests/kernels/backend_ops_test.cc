@@ -300,17 +300,23 @@ TEST_P(BackendOps, AttentionAllModes) {
         cpu->ring_write(sc.seqs, a.kv, ra);
         ref->ring_write(sc.seqs, a.kv, rb);
         EXPECT_TRUE(all_close(ra, rb, 0.0));
-        // attend_and_store against attention, ring_write and the output's inverse rope.
+        // attend_and_store (queries normalised and roped first, with and without the norm) against
+        // the query norm and rope, attention, ring_write and the output's inverse rope.
         std::vector<int64_t> pos;
         for (const auto& s : sc.seqs)
             for (int t = 0; t < s.num_tokens; ++t) pos.push_back(s.start_pos + t);
         Tensor at_pos = positions(pos);
         Rope rope{rope_freqs(16, 10000.0f), 16, 0.9f};
+        bool norm_q = window == 128;
         AttentionArgs b = a;
         a.ring = copy_of(a.ring), b.ring = copy_of(a.ring);
         a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
         b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
-        cpu->attend_and_store(sc.seqs, a, at_pos, rope);
+        a.q = random_f32({sc.num_tokens, heads, d}, rng, 3.0f), b.q = copy_of(a.q);
+        cpu->attend_and_store(sc.seqs, a, at_pos, rope, {norm_q, 1e-6f, &rope});
+        Tensor qb = b.q.reshape({sc.num_tokens * heads, d});
+        if (norm_q) ref->rms_norm(qb, nullptr, 1e-6f, qb);
+        ref->rope(qb, at_pos, static_cast<int>(heads), rope, false);
         ref->attention(sc.seqs, b);
         ref->ring_write(sc.seqs, b.kv, b.ring);
         Tensor ob = b.out.reshape({sc.num_tokens * heads, d});

@@ -159,13 +159,16 @@ public:
         down(a.out, out);
     }
     void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
-                          const Rope& out_rope) override {
+                          const Rope& out_rope, const QueryPrep& q_prep) override {
         AttentionArgs a = args;
         a.q = up(args.q), a.kv = up(args.kv), a.ring = up(args.ring), a.sinks = up(args.sinks), a.out = up(args.out);
         if (args.selected.defined()) a.selected = up(args.selected);
         EntryStore entries = args.entries ? up(*args.entries) : EntryStore{};
         if (args.entries) a.entries = &entries;
-        dev_->attend_and_store(seqs, a, up(positions), up(out_rope));
+        Rope q_rope = q_prep.rope ? up(*q_prep.rope) : Rope{};
+        QueryPrep prep = q_prep;
+        if (q_prep.rope) prep.rope = &q_rope;
+        dev_->attend_and_store(seqs, a, up(positions), up(out_rope), prep);
         down(a.out, args.out);
         down(a.ring, args.ring);
     }

@@ -27,7 +27,40 @@ struct AttnParams {
     float* partial;  // [N * heads, splits, 2 + d] when the keys are split over blocks, else null
     int num_seqs, heads, d, slots, window, mode, rate, top_k, block, splits;
     float scale;
+    // Query preparation (attend_and_store): rms norm, then rope (q_inv_freq null: none).
+    bool q_norm;
+    float q_eps;
+    const float* q_inv_freq;
+    int q_rope_dim;
+    float q_rope_scale;
 };
+
+// The query row of lane's columns c = lane + 32 j (j < kMaxPerLane) normalised and roped in
+// registers, as norm_rope_many would: every warp of the block prepares its own copy. Rope pairs
+// (2i, 2i+1) sit in neighbouring lanes of the same j.
+__device__ void prepare_query(const AttnParams& p, long long pos, float (&qr)[kMaxPerLane]) {
+    int lane = threadIdx.x % 32;
+    if (p.q_norm) {
+        float ss = 0;
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) ss += qr[j] * qr[j];  // zero past d
+        float inv = rsqrtf(warp_sum(ss) / p.d + p.q_eps);
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) qr[j] *= inv;
+    }
+    if (p.q_inv_freq == nullptr) return;
+    int first = p.d - p.q_rope_dim;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+        int c = lane + 32 * j;
+        float other = __shfl_xor_sync(0xffffffffu, qr[j], 1);
+        if (c < first || c >= p.d) continue;
+        float sn, cs;
+        sincosf(static_cast<float>(pos) * p.q_inv_freq[(c - first) / 2], &sn, &cs);
+        float co = cs * p.q_rope_scale, si = sn * p.q_rope_scale;
+        qr[j] = c % 2 == 0 ? qr[j] * co - other * si : qr[j] * co + other * si;
+    }
+}
 
 __device__ int seq_of(const DeviceSeq* seqs, int num_seqs, int row) {
     for (int s = 0; s < num_seqs; ++s)
@@ -78,6 +111,7 @@ __global__ void attention_kernel(AttnParams p) {
         qr[j] = c < p.d ? q[c] : 0.0f;
         acc[j] = 0.0f;
     }
+    prepare_query(p, pos, qr);
     float m = -INFINITY, l = 0.0f;
     for (int i0 = first + warp * kKeysPerStep; i0 < last; i0 += kWarps * kKeysPerStep) {
         const float* k[kKeysPerStep];
@@ -222,16 +256,16 @@ void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs&
 }
 
 void CudaBackend::attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor& positions,
-                                   const Rope& out_rope) {
+                                   const Rope& out_rope, const QueryPrep& q_prep) {
     DI_CUDA_OP("attend_and_store");
-    if (launch_attention(seqs, a, &positions, &out_rope)) return;
+    if (launch_attention(seqs, a, &positions, &out_rope, q_prep)) return;
     Tensor ring = a.ring, o = a.out.reshape({a.out.dim(0) * a.out.dim(1), a.out.dim(2)});
     ring_write(seqs, a.kv, ring);
     rope(o, positions, static_cast<int>(a.out.dim(1)), out_rope, true);
 }
 
 bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
-                                   const Rope* out_rope) {
+                                   const Rope* out_rope, const QueryPrep& q_prep) {
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda attention: head_dim " + std::to_string(d) + " is above 512");
     DI_CUDA_REQUIRE(a.ring.dim(1) >= a.window - 1, "attention: ring shorter than the window");
@@ -256,7 +290,9 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
                  static_cast<int>(seqs.size()), heads, d, static_cast<int>(a.ring.dim(1)), a.window,
                  static_cast<int>(a.compressed), a.rate,
                  a.compressed == AttentionArgs::Compressed::kSelected ? static_cast<int>(a.selected.dim(1)) : 0,
-                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale};
+                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale, q_prep.norm, q_prep.eps,
+                 q_prep.rope ? q_prep.rope->inv_freq.data<float>() : nullptr, q_prep.rope ? q_prep.rope->rope_dim : 0,
+                 q_prep.rope ? q_prep.rope->scale : 1.0f};
     launch_pdl(attention_kernel, dim3(blocks, splits), 32 * kWarps, 0, stream(), p);
     if (splits == 1) return positions == nullptr;
     MergeEpilogue epi;

@@ -99,7 +99,7 @@ public:
     void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
     void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
     void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
-                          const Rope& out_rope) override;
+                          const Rope& out_rope, const QueryPrep& q_prep) override;
     void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
     void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;
     void pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& args) override;
@@ -156,10 +156,11 @@ private:
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
                           CollapseNorm norm = {});
-    // The attention kernels; with positions and out_rope (attend_and_store) the split merge also
-    // stores the keys and de-ropes the output. Returns whether that was done (or nothing was to do).
+    // The attention kernels, preparing the queries as they load them; with positions and out_rope
+    // (attend_and_store) the split merge also stores the keys and de-ropes the output. Returns
+    // whether that was done (or nothing was to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
-                          const Rope* out_rope);
+                          const Rope* out_rope, const QueryPrep& q_prep = {});
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);

@@ -121,14 +121,10 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
     std::vector<kernels::MatmulTarget> from_qr = {{&lw.wq_b, &q}};
     if (comp.index_q.defined()) from_qr.push_back({&lw.index_wq_b, &comp.index_q});
     backend_.matmul_many(qr, from_qr);
-    // Query heads normalised and roped; the indexer's queries (CSA) roped with the compressed rope.
-    Tensor q_heads = q.reshape({n * H, d}), index_q_rows;
-    std::vector<kernels::NormRopeJob> q_jobs = {{&q_heads, true, nullptr, eps, &rope, static_cast<int>(H)}};
-    if (comp.index_q.defined()) {
-        index_q_rows = comp.index_q.reshape({n * cfg_.index_n_heads, cfg_.index_head_dim});
-        q_jobs.push_back({&index_q_rows, false, nullptr, eps, &rope_compress_, static_cast<int>(cfg_.index_n_heads)});
+    if (comp.index_q.defined()) {  // the indexer's queries (CSA) take the compressed rope
+        Tensor rows = comp.index_q.reshape({n * cfg_.index_n_heads, cfg_.index_head_dim});
+        backend_.rope(rows, st.positions, static_cast<int>(cfg_.index_n_heads), rope_compress_, false);
     }
-    backend_.norm_rope_many(q_jobs, st.positions);
 
     HybridCache::LayerState& ls = cache.layer(l);
     AttentionArgs args;
@@ -144,7 +140,8 @@ void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache
         entries = kernels::EntryStore{ls.entries, st.step.tables_of(cache_layout_.layers[l].group)};
         compressed_keys(l, st, cache, comp, entries, args);
     }
-    backend_.attend_and_store(st.step.seqs, args, st.positions, rope);  // keys into the ring, output de-roped
+    // Query heads normalised and roped first; keys into the ring, output de-roped after.
+    backend_.attend_and_store(st.step.seqs, args, st.positions, rope, {true, eps, &rope});
     Tensor oa = backend_.empty(DType::kF32, {n, static_cast<int64_t>(cfg_.o_groups) * cfg_.o_lora_rank});
     backend_.grouped_matmul(args.out, lw.wo_a, cfg_.o_groups, oa);
     Tensor y = backend_.empty(DType::kF32, {n, D});

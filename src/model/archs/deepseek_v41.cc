@@ -315,9 +315,7 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
     backend_.matmul_many(st.x, from_x);
     kernels::NormRopeJob from_x_norms[] = {{&qr, true, &lw.q_norm, eps}, {&kv, true, &lw.kv_norm, eps, &rope, 1}};
     backend_.norm_rope_many(from_x_norms, st.in.positions);
-    backend_.matmul_many(qr, from_qr);  // no per-head q norm in V4.1
-    Tensor q_heads = q.reshape({n * H, d});
-    backend_.rope(q_heads, st.in.positions, static_cast<int>(H), rope, false);
+    backend_.matmul_many(qr, from_qr);
     backend_.fake_quantize(kv, QuantFormat::kFp8Ue8m0x32);
 
     HybridCache::LayerState& ls = cache.layer(l);
@@ -336,7 +334,8 @@ void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache)
         args.compressed = AttentionArgs::Compressed::kSelected;
         args.selected = st.selected;
     }
-    backend_.attend_and_store(st.seqs, args, st.in.positions, rope);  // keys into the ring, output de-roped
+    // Query heads roped first (no per-head q norm in V4.1); keys into the ring, output de-roped after.
+    backend_.attend_and_store(st.seqs, args, st.in.positions, rope, {false, eps, &rope});
     Tensor oa = backend_.empty(DType::kF32, {n, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
     backend_.grouped_matmul(args.out, lw.wo_a, c.o_groups, oa);
     Tensor y = backend_.empty(DType::kF32, {n, D});
