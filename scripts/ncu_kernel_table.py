@@ -24,12 +24,12 @@ def main():
     head, body = rows[0], rows[1:]
     name_col, unit_col, value_col = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
     def short(r):
-        name = r[name_col].replace("(anonymous namespace)::", "")
-        return re.sub(r"<.*", "", name).split("(")[0].replace("void ", "").split("::")[-1]
+        name = re.sub(r"\((anonymous namespace)\)::|<unnamed>::", "", r[name_col]).replace("void ", "")
+        return re.sub(r"<.*", "", name).split("(")[0].split("::")[-1]
 
     starts = [i for i, r in enumerate(body) if short(r) == a.step_start]
     body = body[starts[-1]:] if starts else body
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
     calls, total = collections.Counter(), collections.Counter()
     for r in body:
         name = short(r)

@@ -190,7 +190,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     DI_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
     DI_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
     graphs_ = std::make_unique<GraphRecorder>(stream_);
-    hc_arrivals_ = zeros(DType::kI32, {kMaxHcSplitTokens});
+    hc_arrivals_ = zeros(DType::kI32, {2 * kMaxHcSplitTokens});
 }
 
 CudaBackend::~CudaBackend() {

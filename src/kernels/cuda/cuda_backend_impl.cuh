@@ -161,6 +161,16 @@ private:
     // whether that was done (or nothing was to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
                           const Rope* out_rope, const QueryPrep& q_prep = {});
+    // One mHC site's launch over split blocks with a barrier (mhc.cu), when the grid fits on the
+    // GPU at once; y non-null also applies the previous site's stream update first.
+    struct HcPreArgsHost {
+        int64_t n, d;
+        MhcParams p;
+        const float *base, *scale;
+        float *collapsed, *pre, *post, *comb;
+        CollapseNorm norm;
+    };
+    bool launch_hc_site(const HcPreArgsHost& h, float* streams, const float* y, const float* fn);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
@@ -200,7 +210,8 @@ private:
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
     int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
-    Tensor hc_arrivals_;       // [kMaxHcSplitTokens] int32 split blocks done per token (mhc.cu), zero between launches
+    Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
+    int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;
     struct ExpertRowTable {

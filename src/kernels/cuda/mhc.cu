@@ -6,6 +6,7 @@ namespace deepinfer::kernels::cuda {
 namespace {
 
 constexpr int kMaxHc = 8;
+constexpr int kMaxHcSplitTokensDevice = 64;  // CudaBackend::kMaxHcSplitTokens: the counters' stride
 
 // out[e] = Σ_j w[j] * x[j, e] over the hc streams of one token, the block's threads striding e.
 __device__ void weighted_stream_sum(const float* x, const float* w, int hc, int64_t d, float* out) {
@@ -277,6 +278,109 @@ __global__ void __launch_bounds__(kDotsThreads) hc_post_dots_pre_kernel(HcPreArg
     if (last_split_to_arrive(arrivals)) hc_pre_token(a, n, parts, gridDim.x);
 }
 
+// One mHC site in one launch with every phase spread over the token's split blocks (hc = 4):
+// block (split, token) owns kDotsThreads columns e of all four streams. Phase 1: the previous
+// site's stream update there (y non-null; post/comb are the old site's), then partial sums of
+// the 24 mix products and of the 10 stream Gram entries Σ_e x_j[e] x_k[e]. A barrier over the
+// token's blocks (all of them resident: the caller checks the grid fits the GPU at once).
+// Phase 2: every block adds the partials, computes pre, collapses its own columns from the
+// values still in registers and normalises them: Σ_e collapsed[e]² = preᵀ G pre comes from the
+// Gram sums, so no second pass over the row. Block 0's first warp runs the Sinkhorn (post/comb:
+// every block has read the old ones before the barrier).
+constexpr int kGram = 10;  // (j, k), j <= k < 4
+constexpr int kSiteParts = 24 + kGram;
+
+// Waits until all gridDim.x blocks of this grid row have arrived; arrive/depart counters go back
+// to zero once every block has passed, ready for the next launch.
+__device__ void row_barrier(int* arrive) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicAdd(arrive, 1);
+        while (atomicAdd(arrive, 0) < static_cast<int>(gridDim.x)) __nanosleep(64);
+    }
+    __syncthreads();
+    __threadfence();
+}
+
+__device__ void row_depart(int* arrive, int* depart) {
+    if (threadIdx.x == 0 && atomicAdd(depart, 1) == static_cast<int>(gridDim.x) - 1) {
+        atomicExch(arrive, 0);
+        atomicExch(depart, 0);
+    }
+}
+
+__global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, float* streams, const float* y, const float* fn,
+                                                               float* parts, int* counters) {
+    pdl_prologue();
+    constexpr int hc = 4, W = 24;
+    int64_t n = blockIdx.y, d = a.d, e = blockIdx.x * int64_t{kDotsThreads} + threadIdx.x;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float xs[hc] = {}, dots[W] = {}, gram[kGram] = {};
+    if (e < d) {
+        float* x = streams + n * hc * d;
+        for (int j = 0; j < hc; ++j) xs[j] = x[j * d + e];
+        if (y != nullptr) {
+            float now[hc];
+            for (int k = 0; k < hc; ++k) {  // as hc_post_kernel
+                float v = a.post[n * hc + k] * y[n * d + e];
+                for (int j = 0; j < hc; ++j) v += a.comb[(n * hc + j) * hc + k] * xs[j];
+                x[k * d + e] = now[k] = v;
+            }
+            for (int k = 0; k < hc; ++k) xs[k] = now[k];
+        }
+        for (int w = 0; w < W; ++w)
+            for (int k = 0; k < hc; ++k) dots[w] += fn[w * hc * d + k * d + e] * xs[k];
+        for (int j = 0, g = 0; j < hc; ++j)
+            for (int k = j; k < hc; ++k) gram[g++] = xs[j] * xs[k];
+    }
+    __shared__ float red[kDotsThreads / 32][kSiteParts];
+    float td = warp_sums_by_lane<W>(dots, lane), tg = warp_sums_by_lane<kGram>(gram, lane);
+    if (lane < W) red[warp][lane] = td;
+    if (lane < kGram) red[warp][W + lane] = tg;
+    __syncthreads();
+    float* mine = parts + (n * gridDim.x + blockIdx.x) * kSiteParts;
+    if (threadIdx.x < kSiteParts) {
+        float v = 0;
+        for (int i = 0; i < kDotsThreads / 32; ++i) v += red[i][threadIdx.x];
+        mine[threadIdx.x] = v;
+    }
+    row_barrier(counters + n);
+
+    __shared__ float total[kSiteParts];
+    if (threadIdx.x < kSiteParts) {
+        const float* part = parts + n * gridDim.x * kSiteParts + threadIdx.x;
+        float v = 0;
+#pragma unroll 8
+        for (unsigned sp = 0; sp < gridDim.x; ++sp) v += __ldcg(part + sp * kSiteParts);
+        total[threadIdx.x] = v;
+    }
+    __syncthreads();
+    row_depart(counters + n, counters + kMaxHcSplitTokensDevice + n);
+    float flat_ss = total[W + 0] + total[W + 4] + total[W + 7] + total[W + 9];  // the Gram diagonal
+    float inv_flat = rsqrtf(flat_ss / (hc * d) + a.norm_eps);
+    __shared__ float m[W];
+    if (threadIdx.x < W) m[threadIdx.x] = total[threadIdx.x] * inv_flat;
+    __syncthreads();
+    float pre[hc];
+    for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(m[j] * a.scale[0] + a.base[j]) + a.hc_eps;
+    if (blockIdx.x == 0 && threadIdx.x < 32) {
+        sinkhorn_warp(m, a.base, a.scale, hc, a.iters, a.hc_eps, a.post + n * hc, a.comb + n * hc * hc);
+        if (a.pre_out != nullptr && threadIdx.x < hc) a.pre_out[n * hc + threadIdx.x] = pre[threadIdx.x];
+    }
+    if (a.collapsed == nullptr || e >= d) return;
+    float c = 0;
+    for (int j = 0; j < hc; ++j) c += pre[j] * xs[j];
+    if (a.norm_w == nullptr) {
+        a.collapsed[n * d + e] = c;
+        return;
+    }
+    float ss = 0;  // preᵀ G pre
+    for (int j = 0, g = 0; j < hc; ++j)
+        for (int k = j; k < hc; ++k, ++g) ss += (j == k ? 1.0f : 2.0f) * pre[j] * pre[k] * total[W + g];
+    a.collapsed[n * d + e] = a.norm_w[e] * (c * rsqrtf(ss / d + a.norm_w_eps));
+}
+
 __global__ void hc_post_kernel(float* streams, const float* y, const float* post, const float* comb, int hc, int64_t d) {
     pdl_prologue();
     int64_t n = blockIdx.x;
@@ -349,6 +453,23 @@ void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& 
     mix_coefficients(streams, fn, base, scale, p, nullptr, pre.data<float>(), post, comb);
 }
 
+// hc_site_kernel when the step's grid fits on the GPU at once (its barrier needs every block of
+// a token resident); returns false when it does not.
+bool CudaBackend::launch_hc_site(const HcPreArgsHost& h, float* streams, const float* y, const float* fn) {
+    int64_t n = h.n, d = h.d;
+    int splits = blocks_for(d, kDotsThreads);
+    if (hc_site_resident_ == 0)
+        DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel, kDotsThreads, 0));
+    if (n > kMaxHcSplitTokens || static_cast<int64_t>(splits) * n > static_cast<int64_t>(hc_site_resident_) * sm_count_)
+        return false;
+    HcPreArgs a{streams, h.p.norm_eps, h.base, h.scale, 4, d, h.p.sinkhorn_iters, h.p.hc_eps, h.collapsed, h.pre,
+                h.post, h.comb, h.norm.weight, h.norm.eps};
+    Tensor parts = empty(DType::kF32, {n, splits, kSiteParts});
+    launch_pdl(hc_site_kernel, dim3(splits, n), kDotsThreads, 0, stream(), a, streams, y, fn, parts.data<float>(),
+               hc_arrivals_.data<int>());
+    return true;
+}
+
 void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                                    const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
                                    CollapseNorm norm) {
@@ -357,6 +478,11 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     if (n == 0) return;
     HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
                 p.hc_eps, collapsed, pre, post.data<float>(), comb.data<float>(), norm.weight, norm.eps};
+    bool four = p.hc == 4 && streams.dim(1) == 4 && fn.dtype() == DType::kF32;
+    if (four && launch_hc_site({n, d, p, base.data<float>(), scale.data<float>(), collapsed, pre, post.data<float>(),
+                                comb.data<float>(), norm},
+                               streams.data<float>(), nullptr, fn.data<float>()))
+        return;
     if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
         int splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
         Tensor parts = empty(DType::kF32, {n, splits, width + 1});
@@ -382,6 +508,10 @@ void CudaBackend::hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& pos
         return;
     }
     if (n == 0) return;
+    if (launch_hc_site({n, d, p, base.data<float>(), scale.data<float>(), collapsed.data<float>(), nullptr,
+                        post.data<float>(), comb.data<float>(), {norm_weight.data<float>(), eps}},
+                       streams.data<float>(), y.data<float>(), fn.data<float>()))
+        return;
     HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
                 p.hc_eps, collapsed.data<float>(), nullptr, post.data<float>(), comb.data<float>(),
                 norm_weight.data<float>(), eps};
