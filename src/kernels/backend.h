@@ -307,8 +307,8 @@ public:
                          const ExpertWeights& shared, float limit, Tensor& out) {
         int64_t n = x.dim(0), inter = shared.w1.dim(0);
         Tensor gate = empty(DType::kF32, {n, inter}), up = empty(DType::kF32, {n, inter});
-        matmul(x, shared.w1, gate);
-        matmul(x, shared.w3, up);
+        MatmulTarget from_x[] = {{&shared.w1, &gate}, {&shared.w3, &up}};
+        matmul_many(x, from_x);
         swiglu(gate, up, limit, gate);
         matmul(gate, shared.w2, out);
         moe_experts(x, ids, weights, experts, limit, out);

@@ -412,7 +412,7 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
     struct Shape {
         int64_t n, d, inter;
     };
-    for (Shape sh : {Shape{7, 24, 10}, Shape{5, 264, 48}, Shape{40, 64, 16}, Shape{600, 16, 8}}) {
+    for (Shape sh : {Shape{1, 264, 48}, Shape{7, 24, 10}, Shape{5, 264, 48}, Shape{40, 64, 16}, Shape{600, 16, 8}}) {
         int64_t n = sh.n, d = sh.d, experts = 6, inter = sh.inter;
         int k = 2;
         Tensor logits = random_f32({n, experts}, rng, 3.0f), bias = random_f32({experts}, rng);
