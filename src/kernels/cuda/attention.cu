@@ -1,8 +1,8 @@
 // Attention with sinks over the sliding window (ring + this step's new tokens) and compressed
 // entries (all visible, or the indexer's picks). One block per (token, head) — or, for steps too
-// small to fill the GPU, per (token, head, share of the keys), merged by a second kernel; each warp
-// walks its keys kKeysPerStep at a time (independent loads and reductions in flight) with an
-// online softmax, then the warps' partial results are merged.
+// small to fill the GPU, per (token, head, share of the keys), the last of a head's blocks to
+// finish merging the shares; each warp walks its keys kKeysPerStep at a time (independent loads
+// and reductions in flight) with an online softmax, then the warps' partial results are merged.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -13,6 +13,20 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kKeysPerStep = 4;
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
+
+// What attend_and_store adds to a split step's merge: the step's keys into the rings and the
+// output's inverse rope (positions null: neither).
+struct MergeEpilogue {
+    const long long* positions = nullptr;  // [N]
+    const float* inv_freq = nullptr;
+    int rope_dim = 0;
+    float rope_scale = 1.0f;
+    const DeviceSeq* seqs = nullptr;
+    int num_seqs = 0;
+    const float* kv = nullptr;  // [N, d]
+    float* ring = nullptr;      // [states, slots, d]
+    int slots = 0;
+};
 
 struct AttnParams {
     const float* q;     // [N, H, d]
@@ -33,6 +47,9 @@ struct AttnParams {
     const float* q_inv_freq;
     int q_rope_dim;
     float q_rope_scale;
+    // Split steps: per (row, head) block counters, then one for the grid (zero between launches).
+    int* arrivals;
+    MergeEpilogue epi;
 };
 
 // The query row of lane's columns c = lane + 32 j (j < kMaxPerLane) normalised and roped in
@@ -80,15 +97,23 @@ __device__ const float* key_ptr(const AttnParams& p, const DeviceSeq& s, long lo
     return p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.d;
 }
 
-__global__ void attention_kernel(AttnParams p) {
-    pdl_prologue();
-    int row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
-    int si = seq_of(p.seqs, p.num_seqs, row);
-    if (si < 0) {  // a row outside every sequence: nothing to attend (the merge then writes zeros)
-        if (p.partial != nullptr && threadIdx.x == 0)
-            p.partial[(static_cast<long long>(blockIdx.x) * p.splits + blockIdx.y) * (2 + p.d)] = -INFINITY;
-        return;
-    }
+// Row `row`'s kv into its sequence's ring (only the last `slots` new tokens of a sequence: the
+// others would be overwritten in this step anyway), threads striding the columns.
+__device__ void store_ring_row(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d, int row) {
+    int si = seq_of(seqs, num_seqs, row);
+    if (si < 0) return;
+    DeviceSeq s = seqs[si];
+    int t = row - s.token_begin;
+    if (t < s.num_tokens - slots) return;
+    long long slot = (s.start_pos + t) % slots;
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        ring[(static_cast<long long>(s.state_idx) * slots + slot) * d + c] = kv[static_cast<long long>(row) * d + c];
+}
+
+// Block (row, head[, split])'s attention: the output row, or with splits its share's (max, sum,
+// weighted values) for merge_head.
+template <bool Prepare>
+__device__ void attend(const AttnParams& p, int row, int h, int si) {
     const DeviceSeq s = p.seqs[si];
     long long pos = s.start_pos + (row - s.token_begin);
     long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
@@ -111,7 +136,7 @@ __global__ void attention_kernel(AttnParams p) {
         qr[j] = c < p.d ? q[c] : 0.0f;
         acc[j] = 0.0f;
     }
-    prepare_query(p, pos, qr);
+    if constexpr (Prepare) prepare_query(p, pos, qr);
     float m = -INFINITY, l = 0.0f;
     for (int i0 = first + warp * kKeysPerStep; i0 < last; i0 += kWarps * kKeysPerStep) {
         const float* k[kKeysPerStep];
@@ -153,7 +178,7 @@ __global__ void attention_kernel(AttnParams p) {
     for (int j = 0; j < kMaxPerLane; ++j)
         if (lane + 32 * j < p.d) sacc[warp][lane + 32 * j] = acc[j];
     __syncthreads();
-    // Merge the warps; a split block stores (max, sum, weighted values) for attention_merge_kernel,
+    // Merge the warps; a split block stores (max, sum, weighted values) for merge_head,
     // a whole block adds the sink and normalises.
     bool split = p.partial != nullptr;
     float sink = p.sinks[h], M = split ? -INFINITY : sink;
@@ -171,70 +196,61 @@ __global__ void attention_kernel(AttnParams p) {
     }
 }
 
-// Row `row`'s kv into its sequence's ring (only the last `slots` new tokens of a sequence: the
-// others would be overwritten in this step anyway), threads striding the columns.
-__device__ void store_ring_row(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d, int row) {
-    int si = seq_of(seqs, num_seqs, row);
-    if (si < 0) return;
-    DeviceSeq s = seqs[si];
-    int t = row - s.token_begin;
-    if (t < s.num_tokens - slots) return;
-    long long slot = (s.start_pos + t) % slots;
-    for (int c = threadIdx.x; c < d; c += blockDim.x)
-        ring[(static_cast<long long>(s.state_idx) * slots + slot) * d + c] = kv[static_cast<long long>(row) * d + c];
-}
-
-// What attend_and_store adds to the merge pass: the step's keys into the rings and the output's
-// inverse rope (positions null: neither).
-struct MergeEpilogue {
-    const long long* positions = nullptr;  // [N]
-    const float* inv_freq = nullptr;
-    int rope_dim = 0;
-    float rope_scale = 1.0f;
-    const DeviceSeq* seqs = nullptr;
-    int num_seqs = 0;
-    const float* kv = nullptr;  // [N, d]
-    float* ring = nullptr;      // [states, slots, d]
-    int slots = 0;
-};
-
-// out = (Σ_split e^(m_s - M) acc_s) / (e^(sink - M) + Σ_split e^(m_s - M) l_s) per (row, head).
-// The splits' scale factors are computed once into shared memory (splits <= kMaxSplits). It runs
-// after every attention block has read the rings, so it may also store the step's keys.
+// out = (Σ_split e^(m_s - M) acc_s) / (e^(sink - M) + Σ_split e^(m_s - M) l_s) for one (row, head),
+// the block's threads striding the columns, then the epilogue's inverse rope. The splits' scale
+// factors are computed once into shared memory. Partials come through L2: other blocks wrote them.
 constexpr int kMaxSplits = 8;
 
-__global__ void attention_merge_kernel(const float* partial, const float* sinks, int heads, int splits, int d, float* out,
-                                       MergeEpilogue epi) {
-    pdl_prologue();
-    long long head_row = blockIdx.x;
-    const float* part = partial + head_row * splits * (2 + d);
+__device__ void merge_head(const AttnParams& p, long long head_row) {
+    const float* part = p.partial + head_row * p.splits * (2 + p.d);
     __shared__ float m[kMaxSplits], l[kMaxSplits], f[kMaxSplits];
     __shared__ float inv_total;
-    if (threadIdx.x < splits) m[threadIdx.x] = part[threadIdx.x * (2 + d)], l[threadIdx.x] = part[threadIdx.x * (2 + d) + 1];
+    if (threadIdx.x < p.splits)
+        m[threadIdx.x] = __ldcg(part + threadIdx.x * (2 + p.d)), l[threadIdx.x] = __ldcg(part + threadIdx.x * (2 + p.d) + 1);
     __syncthreads();
     if (threadIdx.x == 0) {
-        float sink = sinks[head_row % heads], M = sink;
-        for (int s = 0; s < splits; ++s) M = fmaxf(M, m[s]);
+        float sink = p.sinks[head_row % p.heads], M = sink;
+        for (int s = 0; s < p.splits; ++s) M = fmaxf(M, m[s]);
         float L = expf(sink - M);
-        for (int s = 0; s < splits; ++s) {
+        for (int s = 0; s < p.splits; ++s) {
             f[s] = m[s] == -INFINITY ? 0.0f : expf(m[s] - M);
             L += m[s] == -INFINITY ? 0.0f : l[s] * f[s];
         }
         inv_total = 1.0f / L;
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float* out = p.out + head_row * p.d;
+    for (int c = threadIdx.x; c < p.d; c += blockDim.x) {
         float v = 0;
-        for (int s = 0; s < splits; ++s)
-            if (f[s] != 0.0f) v += part[s * (2 + d) + 2 + c] * f[s];
-        out[head_row * d + c] = v * inv_total;
+        for (int s = 0; s < p.splits; ++s)
+            if (f[s] != 0.0f) v += __ldcg(part + s * (2 + p.d) + 2 + c) * f[s];
+        out[c] = v * inv_total;
     }
+    const MergeEpilogue& epi = p.epi;
     if (epi.positions == nullptr) return;
-    int row = static_cast<int>(head_row / heads);
     __syncthreads();  // rope pairs are read by other threads than the ones that wrote them
-    rope_pairs(out + head_row * d, d, epi.positions[row], epi.inv_freq, epi.rope_dim, epi.rope_scale, true, threadIdx.x,
+    rope_pairs(out, p.d, epi.positions[head_row / p.heads], epi.inv_freq, epi.rope_dim, epi.rope_scale, true, threadIdx.x,
                blockDim.x);
-    if (head_row % heads == 0) store_ring_row(epi.seqs, epi.num_seqs, epi.kv, epi.ring, epi.slots, d, row);
+}
+
+// Prepare: the query preparation is compiled in only where it is used (split steps).
+template <bool Prepare>
+__global__ void attention_kernel(AttnParams p) {
+    pdl_prologue();
+    int row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
+    int si = seq_of(p.seqs, p.num_seqs, row);
+    bool split = p.partial != nullptr;
+    if (si >= 0)
+        attend<Prepare>(p, row, h, si);
+    else if (split && threadIdx.x == 0)  // a row outside every sequence: its merge writes zeros
+        p.partial[(static_cast<long long>(blockIdx.x) * p.splits + blockIdx.y) * (2 + p.d)] = -INFINITY;
+    if (!split) return;
+    // The last of a head's split blocks merges them; the grid's last block (every block has read
+    // the rings by then) stores the step's keys.
+    if (last_to_arrive(p.arrivals + blockIdx.x, gridDim.y)) merge_head(p, blockIdx.x);
+    if (p.epi.positions == nullptr || !last_to_arrive(p.arrivals + gridDim.x, gridDim.x * gridDim.y)) return;
+    for (int r = 0; r < static_cast<int>(gridDim.x) / p.heads; ++r)
+        store_ring_row(p.epi.seqs, p.epi.num_seqs, p.epi.kv, p.epi.ring, p.epi.slots, p.d, r);
 }
 
 __global__ void ring_write_kernel(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d) {
@@ -272,9 +288,9 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     int n = total_tokens(seqs);
     if (n == 0) return true;
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
-    auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     // Small steps (decode) give too few (token, head) blocks to fill the GPU: split each one's keys
-    // over up to kMaxSplits blocks of at least kMinSplitKeys keys and merge them after.
+    // over up to kMaxSplits blocks of at least kMinSplitKeys keys (so at most sm_count_ blocks are
+    // split, within the arrival counters).
     constexpr int kMinSplitKeys = 64;
     long long max_keys = a.window;
     if (a.compressed == AttentionArgs::Compressed::kSelected) max_keys += a.selected.dim(1);
@@ -283,26 +299,35 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     int blocks = n * heads;
     long long by_keys = std::max(1LL, max_keys / kMinSplitKeys);
     int splits = static_cast<int>(std::min<long long>(std::min(kMaxSplits, std::max(1, 2 * sm_count_ / blocks)), by_keys));
+    // The query preparation rides the split kernel (a few blocks per head, no launch for it); a
+    // step of whole-block heads normalises and ropes them in one pass first, instead of in each
+    // of a block's warps.
+    QueryPrep prep = q_prep;
+    if (splits == 1 && (prep.norm || prep.rope != nullptr)) {
+        Tensor q = a.q.reshape({a.q.dim(0) * heads, d});
+        NormRopeJob job{&q, prep.norm, nullptr, prep.eps, prep.rope, heads};
+        norm_rope_many({&job, 1}, *positions);
+        prep = {};
+    }
+    auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     Tensor partial = splits > 1 ? empty(DType::kF32, {blocks, splits, 2 + d}) : Tensor();
+    MergeEpilogue epi;
+    if (splits > 1 && positions != nullptr)
+        epi = {positions->data<long long>(), out_rope->inv_freq.data<float>(), out_rope->rope_dim, out_rope->scale, dseqs,
+               static_cast<int>(seqs.size()), a.kv.data<float>(), a.ring.data<float>(),
+               static_cast<int>(a.ring.dim(1))};
     AttnParams p{a.q.data<float>(), a.kv.data<float>(), a.ring.data<float>(), comp ? a.entries->pool.data<float>() : nullptr,
                  a.compressed == AttentionArgs::Compressed::kSelected ? a.selected.data<int>() : nullptr, dseqs, tables,
                  a.sinks.data<float>(), a.out.data<float>(), splits > 1 ? partial.data<float>() : nullptr,
                  static_cast<int>(seqs.size()), heads, d, static_cast<int>(a.ring.dim(1)), a.window,
                  static_cast<int>(a.compressed), a.rate,
                  a.compressed == AttentionArgs::Compressed::kSelected ? static_cast<int>(a.selected.dim(1)) : 0,
-                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale, q_prep.norm, q_prep.eps,
-                 q_prep.rope ? q_prep.rope->inv_freq.data<float>() : nullptr, q_prep.rope ? q_prep.rope->rope_dim : 0,
-                 q_prep.rope ? q_prep.rope->scale : 1.0f};
-    launch_pdl(attention_kernel, dim3(blocks, splits), 32 * kWarps, 0, stream(), p);
-    if (splits == 1) return positions == nullptr;
-    MergeEpilogue epi;
-    if (positions != nullptr)
-        epi = {positions->data<long long>(), out_rope->inv_freq.data<float>(), out_rope->rope_dim, out_rope->scale, dseqs,
-               static_cast<int>(seqs.size()), a.kv.data<float>(), a.ring.data<float>(),
-               static_cast<int>(a.ring.dim(1))};
-    launch_pdl(attention_merge_kernel, blocks, 128, 0, stream(), partial.data<float>(), a.sinks.data<float>(), heads,
-               splits, d, a.out.data<float>(), epi);
-    return true;
+                 comp ? static_cast<int>(a.entries->pool.dim(1)) : 1, splits, a.scale, prep.norm, prep.eps,
+                 prep.rope ? prep.rope->inv_freq.data<float>() : nullptr, prep.rope ? prep.rope->rope_dim : 0,
+                 prep.rope ? prep.rope->scale : 1.0f, attn_arrivals_.data<int>(), epi};
+    bool prepare = prep.norm || prep.rope != nullptr;
+    launch_pdl(prepare ? attention_kernel<true> : attention_kernel<false>, dim3(blocks, splits), 32 * kWarps, 0, stream(), p);
+    return splits > 1 || positions == nullptr;
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {

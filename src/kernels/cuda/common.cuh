@@ -58,6 +58,21 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
+// Whether this block is the last of `blocks` blocks to count on `counter`; that block resets the
+// count, ready for the next launch. Each block's writes are visible to the last one before it counts.
+__device__ inline bool last_to_arrive(int* counter, unsigned blocks) {
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == static_cast<int>(blocks) - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;  // nothing to run (as a <<<>>> launch that fails quietly)

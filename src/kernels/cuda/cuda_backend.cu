@@ -191,6 +191,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     DI_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
     graphs_ = std::make_unique<GraphRecorder>(stream_);
     hc_arrivals_ = zeros(DType::kI32, {2 * kMaxHcSplitTokens});
+    attn_arrivals_ = zeros(DType::kI32, {sm_count_ + 1});
 }
 
 CudaBackend::~CudaBackend() {

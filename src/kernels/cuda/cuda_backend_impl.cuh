@@ -156,9 +156,10 @@ private:
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
                           CollapseNorm norm = {});
-    // The attention kernels, preparing the queries as they load them; with positions and out_rope
-    // (attend_and_store) the split merge also stores the keys and de-ropes the output. Returns
-    // whether that was done (or nothing was to do).
+    // The attention kernel, preparing the queries (in registers when the keys are split, else in a
+    // norm/rope pass first); with positions and out_rope (attend_and_store) a split step's merge
+    // also stores the keys and de-ropes the output. Returns whether that was done (or nothing was
+    // to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
                           const Rope* out_rope, const QueryPrep& q_prep = {});
     // One mHC site's launch over split blocks with a barrier (mhc.cu), when the grid fits on the
@@ -211,6 +212,7 @@ private:
     int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
+    Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
     int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;

@@ -90,20 +90,8 @@ __device__ __forceinline__ void hc_dots(const float* streams, const float* fn, i
     write_split_sums<W>(acc, parts + (token * splits + split) * (W + 1));
 }
 
-// Whether this block is the last of the grid's row (blockIdx.y) to get here; the count is reset
-// by that block, ready for the next launch. Each block's writes are visible before it counts.
-__device__ bool last_split_to_arrive(int* arrivals) {
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(arrivals + blockIdx.y, 1) == static_cast<int>(gridDim.x) - 1;
-        if (last) arrivals[blockIdx.y] = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
+// Whether this block is the last of the grid's row (blockIdx.y) to get here (see last_to_arrive).
+__device__ bool last_split_to_arrive(int* arrivals) { return last_to_arrive(arrivals + blockIdx.y, gridDim.x); }
 
 // post and comb of one token from its mixes `m`, on one warp: lane (j, k) = (lane / hc, lane % hc)
 // owns comb[j][k]; row softmax, then Sinkhorn normalisation (columns, then rows and columns

@@ -78,17 +78,18 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
 // With a shared expert (shared.w1 non-null) every token has one more slot, after its routed ones,
 // whose rows are known before the routing: its blocks start them loading into L2 before the PDL
 // wait. Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
+template <bool Shared>
 __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, ExpertRows shared, int top_k, int d,
                               int inter, float limit, float* h) {
     pdl_launch_dependents();
     int pair = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    int slots = top_k + (shared.w1 != nullptr), token = pair / slots, slot = pair % slots;
+    int slots = top_k + Shared, token = pair / slots, slot = pair % slots;
     int first_row = blockIdx.y * warps + threadIdx.x / 32;
-    if (slot == top_k && first_row < inter && lane < 2)
+    if (Shared && slot == top_k && first_row < inter && lane < 2)
         prefetch_l2((lane == 0 ? shared.w1 : shared.w3) + static_cast<long long>(first_row) * d, d * 2);
     pdl_wait();
     const float* xt = x + static_cast<long long>(token) * d;
-    ExpertRows e = slot == top_k ? shared : ex[ids[token * top_k + slot]];
+    ExpertRows e = !Shared ? ex[ids[pair]] : slot == top_k ? shared : ex[ids[token * top_k + slot]];
     for (int i = first_row; i < inter; i += gridDim.y * warps) {
         const __nv_bfloat16* r1 = e.w1 + static_cast<long long>(i) * d;
         const __nv_bfloat16* r3 = e.w3 + static_cast<long long>(i) * d;
@@ -107,34 +108,31 @@ __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* 
 }
 
 // out[token, r] (+)= Σ_slot weight[token, slot] * w2_r · h[(token, slot)], the shared expert's
-// slot (if any) last with weight 1. The slots' matrices and weights are looked up once per warp
-// (not once per row and slot: a dependent chain of loads before each slot's row).
+// slot (if any) last with weight 1. Each slot's matrix and weight are looked up per row (cached
+// loads; a per-warp table of them would sit in local memory).
 constexpr int kMaxDownSlots = 17;  // top_k <= 16 plus the shared expert
 
+template <bool Shared>
 __global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex,
                                 ExpertRows shared, int top_k, int d, int inter, bool accumulate, float* out) {
     pdl_launch_dependents();
     int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    int slots = top_k + (shared.w1 != nullptr), first_row = blockIdx.y * warps + threadIdx.x / 32;
-    if (slots > top_k && first_row < d && lane == 0)
+    int slots = top_k + Shared, first_row = blockIdx.y * warps + threadIdx.x / 32;
+    if (Shared && first_row < d && lane == 0)
         prefetch_l2(shared.w2 + static_cast<long long>(first_row) * inter, inter * 2);
     pdl_wait();
-    const __nv_bfloat16* w2[kMaxDownSlots];
-    float ws[kMaxDownSlots];
-    for (int s = 0; s < slots; ++s) {
-        int pair = token * top_k + s;
-        w2[s] = s < top_k ? ex[ids[pair]].w2 : shared.w2;
-        ws[s] = s < top_k ? weights[pair] : 1.0f;
-    }
     for (int r = first_row; r < d; r += gridDim.y * warps) {
         float acc = 0;  // one reduction for all slots: each slot's weight scales its products
         for (int s = 0; s < slots; ++s) {
-            const __nv_bfloat16* row = w2[s] + static_cast<long long>(r) * inter;
+            int pair = token * top_k + s;
+            const __nv_bfloat16* w2 = !Shared || s < top_k ? ex[ids[pair]].w2 : shared.w2;
+            const __nv_bfloat16* row = w2 + static_cast<long long>(r) * inter;
             const float* hp = h + static_cast<long long>(token * slots + s) * inter;
+            float ws = !Shared || s < top_k ? weights[pair] : 1.0f;
 #pragma unroll 4
             for (int c = lane * 8; c < inter; c += 256)
-                acc += ws[s] * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
-                                    *reinterpret_cast<const float4*>(hp + c + 4));
+                acc += ws * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
+                                 *reinterpret_cast<const float4*>(hp + c + 4));
         }
         acc = warp_sum(acc);
         float* o = out + static_cast<long long>(token) * d + r;
@@ -257,16 +255,20 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 // plus the shared expert's slot per token when `shared` has rows.
 void CudaBackend::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
                                ExpertRows shared, int inter, float limit, Tensor& out) {
-    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), slots = top_k + (shared.w1 != nullptr);
+    bool with_shared = shared.w1 != nullptr;
+    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), slots = top_k + with_shared;
     constexpr int kWarpsPerBlock = 8;
     Tensor h = empty(DType::kF32, {n * slots, inter});
+    // Without a shared slot the kernels compile without its branches (measured: batch 8 of the
+    // flash-dims checkpoint ran its up-projection 17% slower with them in).
     dim3 up(static_cast<unsigned>(n * slots), static_cast<unsigned>((inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    launch_pdl(moe_up_kernel, up, 32 * kWarpsPerBlock, 0, stream(), x.data<float>(), ids.data<int>(), rows, shared,
-               static_cast<int>(top_k), static_cast<int>(d), inter, limit, h.data<float>());
+    launch_pdl(with_shared ? moe_up_kernel<true> : moe_up_kernel<false>, up, 32 * kWarpsPerBlock, 0, stream(),
+               x.data<float>(), ids.data<int>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter, limit,
+               h.data<float>());
     dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    launch_pdl(moe_down_kernel, down, 32 * kWarpsPerBlock, 0, stream(), h.data<float>(), ids.data<int>(),
-               weights.data<float>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter,
-               shared.w1 == nullptr, out.data<float>());
+    launch_pdl(with_shared ? moe_down_kernel<true> : moe_down_kernel<false>, down, 32 * kWarpsPerBlock, 0, stream(),
+               h.data<float>(), ids.data<int>(), weights.data<float>(), rows, shared, static_cast<int>(top_k),
+               static_cast<int>(d), inter, !with_shared, out.data<float>());
 }
 
 void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
