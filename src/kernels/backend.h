@@ -270,8 +270,8 @@ public:
     virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
     // The query heads' preparation (rms_norm without weight when `norm`, then forward rope when
     // `rope` is set), then attention(args), ring_write(args.kv into args.ring), then the inverse
-    // rope of args.out (group = heads) at `positions`. A device backend applies the preparation
-    // to the queries as the attention loads them (args.q is then left unprepared) and folds the
+    // rope of args.out (group = heads) at `positions`. A device backend may apply the preparation
+    // to the queries as the attention loads them (args.q is then left unprepared) and fold the
     // ring store and the output rope into the attention's last pass.
     virtual void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
                                   const Rope& out_rope, const QueryPrep& q_prep = {}) {
@@ -302,7 +302,7 @@ public:
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              std::span<const ExpertWeights> experts, float limit, Tensor& out) = 0;
     // The MoE feed-forward with its shared expert: out[N, D] = shared(x) + the routed sum above
-    // (out is overwritten); a device backend runs the shared expert as one more slot per token.
+    // (out is overwritten); a device backend may run the shared expert as one more slot per token.
     virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
                          const ExpertWeights& shared, float limit, Tensor& out) {
         int64_t n = x.dim(0), inter = shared.w1.dim(0);

@@ -49,6 +49,8 @@ struct DeviceSeq {
     long long window_from;
 };
 
+struct HcPreArgs;  // mhc.cu
+
 // The RMSNorm hc_pre_norm folds into the collapse (weight null: none).
 struct CollapseNorm {
     const float* weight = nullptr;
@@ -164,14 +166,7 @@ private:
                           const Rope* out_rope, const QueryPrep& q_prep = {});
     // One mHC site's launch over split blocks with a barrier (mhc.cu), when the grid fits on the
     // GPU at once; y non-null also applies the previous site's stream update first.
-    struct HcPreArgsHost {
-        int64_t n, d;
-        MhcParams p;
-        const float *base, *scale;
-        float *collapsed, *pre, *post, *comb;
-        CollapseNorm norm;
-    };
-    bool launch_hc_site(const HcPreArgsHost& h, float* streams, const float* y, const float* fn);
+    bool launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn);
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);

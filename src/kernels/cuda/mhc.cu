@@ -3,10 +3,27 @@
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
+
+// One mHC site's coefficients and collapse as the kernels take them (declared in the backend's
+// header: launch_hc_site takes it).
+struct HcPreArgs {
+    const float* streams;  // [n, hc, d]
+    float norm_eps;        // of the flat RMS that scales the mixes
+    const float *base, *scale;
+    int hc;
+    int64_t d;
+    int iters;
+    float hc_eps;
+    float* collapsed;  // [n, d] or null (V4.1's delayed mHC: pre_out instead)
+    float* pre_out;    // [n, hc] or null
+    float *post, *comb;
+    const float* norm_w;  // RMSNorm weight folded into the collapse, or null
+    float norm_w_eps;
+};
+
 namespace {
 
 constexpr int kMaxHc = 8;
-constexpr int kMaxHcSplitTokensDevice = 64;  // CudaBackend::kMaxHcSplitTokens: the counters' stride
 
 // out[e] = Σ_j w[j] * x[j, e] over the hc streams of one token, the block's threads striding e.
 __device__ void weighted_stream_sum(const float* x, const float* w, int hc, int64_t d, float* out) {
@@ -135,20 +152,6 @@ __device__ void sinkhorn_warp(const float* m, const float* base, const float* sc
     if (owner) comb[e] = c;
 }
 
-struct HcPreArgs {
-    const float* streams;  // [n, hc, d]
-    float norm_eps;        // of the flat RMS that scales the mixes
-    const float *base, *scale;
-    int hc;
-    int64_t d;
-    int iters;
-    float hc_eps;
-    float* collapsed;  // [n, d] or null (V4.1's delayed mHC: pre_out instead)
-    float* pre_out;    // [n, hc] or null
-    float *post, *comb;
-    const float* norm_w;  // RMSNorm weight folded into the collapse, or null
-    float norm_w_eps;
-};
 
 // Token n's pre / post / comb from its mixes, then the collapsed input (or, for the delayed mHC
 // of V4.1, pre itself), on the calling block. `mixes` holds [n, width] finished mixes (splits ==
@@ -238,6 +241,17 @@ __global__ void __launch_bounds__(kDotsThreads) hc_dots_pre_kernel(HcPreArgs a, 
     if (last_split_to_arrive(arrivals)) hc_pre_token(a, blockIdx.y, parts, gridDim.x);
 }
 
+// The previous site's update of column e of one token's four streams x (as hc_post_kernel):
+// now[k] = post[k] * y_e + Σ_j comb[j][k] * old[j], written back to x.
+__device__ __forceinline__ void update_column(float* x, int64_t d, int64_t e, float y_e, const float* post,
+                                              const float* comb, const float (&old)[4], float (&now)[4]) {
+    for (int k = 0; k < 4; ++k) {
+        float v = post[k] * y_e;
+        for (int j = 0; j < 4; ++j) v += comb[j * 4 + k] * old[j];
+        x[k * d + e] = now[k] = v;
+    }
+}
+
 // A site's stream update (hc_post) and the next site's hc_pre_norm in one launch, hc = 4: block
 // (split, token) updates columns e of all four streams (a thread per column, post/comb the old
 // site's) and adds their products with the next site's fn (a column's four flat positions); the
@@ -253,12 +267,8 @@ __global__ void __launch_bounds__(kDotsThreads) hc_post_dots_pre_kernel(HcPreArg
         float* x = streams + n * hc * d;
         float old[hc], now[hc];
         for (int j = 0; j < hc; ++j) old[j] = x[j * d + e];
-        for (int k = 0; k < hc; ++k) {  // as hc_post_kernel
-            float v = a.post[n * hc + k] * y[n * d + e];
-            for (int j = 0; j < hc; ++j) v += a.comb[(n * hc + j) * hc + k] * old[j];
-            x[k * d + e] = now[k] = v;
-            acc[W] += v * v;
-        }
+        update_column(x, d, e, y[n * d + e], a.post + n * hc, a.comb + n * hc * hc, old, now);
+        for (int k = 0; k < hc; ++k) acc[W] += now[k] * now[k];
         for (int w = 0; w < W; ++w)
             for (int k = 0; k < hc; ++k) acc[w] += fn[w * hc * d + k * d + e] * now[k];
     }
@@ -310,11 +320,7 @@ __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, floa
         for (int j = 0; j < hc; ++j) xs[j] = x[j * d + e];
         if (y != nullptr) {
             float now[hc];
-            for (int k = 0; k < hc; ++k) {  // as hc_post_kernel
-                float v = a.post[n * hc + k] * y[n * d + e];
-                for (int j = 0; j < hc; ++j) v += a.comb[(n * hc + j) * hc + k] * xs[j];
-                x[k * d + e] = now[k] = v;
-            }
+            update_column(x, d, e, y[n * d + e], a.post + n * hc, a.comb + n * hc * hc, xs, now);
             for (int k = 0; k < hc; ++k) xs[k] = now[k];
         }
         for (int w = 0; w < W; ++w)
@@ -344,7 +350,7 @@ __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, floa
         total[threadIdx.x] = v;
     }
     __syncthreads();
-    row_depart(counters + n, counters + kMaxHcSplitTokensDevice + n);
+    row_depart(counters + n, counters + CudaBackend::kMaxHcSplitTokens + n);
     float flat_ss = total[W + 0] + total[W + 4] + total[W + 7] + total[W + 9];  // the Gram diagonal
     float inv_flat = rsqrtf(flat_ss / (hc * d) + a.norm_eps);
     __shared__ float m[W];
@@ -443,15 +449,12 @@ void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& 
 
 // hc_site_kernel when the step's grid fits on the GPU at once (its barrier needs every block of
 // a token resident); returns false when it does not.
-bool CudaBackend::launch_hc_site(const HcPreArgsHost& h, float* streams, const float* y, const float* fn) {
-    int64_t n = h.n, d = h.d;
-    int splits = blocks_for(d, kDotsThreads);
+bool CudaBackend::launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn) {
+    int splits = blocks_for(a.d, kDotsThreads);
     if (hc_site_resident_ == 0)
         DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel, kDotsThreads, 0));
     if (n > kMaxHcSplitTokens || static_cast<int64_t>(splits) * n > static_cast<int64_t>(hc_site_resident_) * sm_count_)
         return false;
-    HcPreArgs a{streams, h.p.norm_eps, h.base, h.scale, 4, d, h.p.sinkhorn_iters, h.p.hc_eps, h.collapsed, h.pre,
-                h.post, h.comb, h.norm.weight, h.norm.eps};
     Tensor parts = empty(DType::kF32, {n, splits, kSiteParts});
     launch_pdl(hc_site_kernel, dim3(splits, n), kDotsThreads, 0, stream(), a, streams, y, fn, parts.data<float>(),
                hc_arrivals_.data<int>());
@@ -467,10 +470,7 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
                 p.hc_eps, collapsed, pre, post.data<float>(), comb.data<float>(), norm.weight, norm.eps};
     bool four = p.hc == 4 && streams.dim(1) == 4 && fn.dtype() == DType::kF32;
-    if (four && launch_hc_site({n, d, p, base.data<float>(), scale.data<float>(), collapsed, pre, post.data<float>(),
-                                comb.data<float>(), norm},
-                               streams.data<float>(), nullptr, fn.data<float>()))
-        return;
+    if (four && launch_hc_site(a, n, streams.data<float>(), nullptr, fn.data<float>())) return;
     if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
         int splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
         Tensor parts = empty(DType::kF32, {n, splits, width + 1});
@@ -496,13 +496,10 @@ void CudaBackend::hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& pos
         return;
     }
     if (n == 0) return;
-    if (launch_hc_site({n, d, p, base.data<float>(), scale.data<float>(), collapsed.data<float>(), nullptr,
-                        post.data<float>(), comb.data<float>(), {norm_weight.data<float>(), eps}},
-                       streams.data<float>(), y.data<float>(), fn.data<float>()))
-        return;
     HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
                 p.hc_eps, collapsed.data<float>(), nullptr, post.data<float>(), comb.data<float>(),
                 norm_weight.data<float>(), eps};
+    if (launch_hc_site(a, n, streams.data<float>(), y.data<float>(), fn.data<float>())) return;
     int splits = blocks_for(d, kDotsThreads);
     Tensor parts = empty(DType::kF32, {n, splits, width + 1});
     launch_pdl(hc_post_dots_pre_kernel<24>, dim3(splits, n), kDotsThreads, 0, stream(), a, streams.data<float>(),
