@@ -18,6 +18,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--step-start", default="embed_kernel", help="first kernel of a forward step")
+    ap.add_argument("--order", type=int, default=0, help="also list the step's first N kernels in launch order")
     a = ap.parse_args()
     with open(a.csv) as f:
         rows = [r for r in csv.reader(line for line in f if line.startswith('"'))]
@@ -35,6 +36,10 @@ def main():
         name = short(r)
         calls[name] += 1
         total[name] += float(r[value_col].replace(",", "")) * scale.get(r[unit_col], 1.0)
+    if a.order:
+        print("| # | kernel (launch order) | µs |\n| --- | --- | --- |")
+        for i, r in enumerate(body[:a.order]):
+            print(f"| {i} | {short(r)} | {float(r[value_col].replace(',', '')) * scale.get(r[unit_col], 1.0):.1f} |")
     print(f"{len(body)} kernels, {sum(total.values()):.1f} µs")
     print("| kernel | calls | µs |\n| --- | --- | --- |")
     for name, us in total.most_common():

@@ -224,6 +224,8 @@ public:
     virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
     // y += x (same shape).
     virtual void add(const Tensor& x, Tensor& y) = 0;
+    // dst = src, byte for byte (same size; any dtype).
+    virtual void copy(const Tensor& src, Tensor& dst) = 0;
     // out[M, I] = silu(min(gate, limit)) * clamp(up, -limit, limit).
     virtual void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) = 0;
 

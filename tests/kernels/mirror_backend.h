@@ -86,6 +86,11 @@ public:
         dev_->add(up(x), o);
         down(o, y);
     }
+    void copy(const Tensor& src, Tensor& dst) override {
+        Tensor o = up(dst);
+        dev_->copy(up(src), o);
+        down(o, dst);
+    }
     void swiglu(const Tensor& gate, const Tensor& upv, float limit, Tensor& out) override {
         Tensor o = up(out);
         dev_->swiglu(up(gate), up(upv), limit, o);

@@ -132,6 +132,14 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
     }
 }
 
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+    DI_CHECK(src.nbytes() == dst.nbytes(), "copy: {} vs {}", src.shape_string(), dst.shape_string());
+    const auto* from = static_cast<const char*>(src.raw());
+    auto* to = static_cast<char*>(dst.raw());
+    pool_.parallel_for(static_cast<int64_t>(src.nbytes()), int64_t{1} << 20,
+                       [&](int64_t s, int64_t e) { std::memcpy(to + s, from + s, static_cast<size_t>(e - s)); });
+}
+
 void CpuBackend::add(const Tensor& x, Tensor& y) {
     DI_CHECK(x.numel() == y.numel(), "add: {} vs {}", x.shape_string(), y.shape_string());
     const float* a = x.data<float>();

@@ -417,6 +417,14 @@ void CudaBackend::add(const Tensor& x, Tensor& y) {
     launch_pdl(add_kernel, elementwise_blocks(x.numel()), 256, 0, stream_, x.data<float>(), y.data<float>(), x.numel());
 }
 
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+    DI_CUDA_OP("copy");
+    DI_CUDA_REQUIRE(src.nbytes() == dst.nbytes(), "copy: " + std::to_string(src.nbytes()) + " vs " +
+                                                      std::to_string(dst.nbytes()) + " bytes");
+    if (src.nbytes() > 0)
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {
     DI_CUDA_OP("swiglu");
     if (gate.numel() == 0) return;

@@ -81,6 +81,7 @@ public:
     void norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) override;
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
     void add(const Tensor& x, Tensor& y) override;
+    void copy(const Tensor& src, Tensor& dst) override;
     void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
 
     void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
@@ -158,12 +159,17 @@ private:
     void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
                           const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
                           CollapseNorm norm = {});
-    // The attention kernel, preparing the queries (in registers when the keys are split, else in a
-    // norm/rope pass first); with positions and out_rope (attend_and_store) a split step's merge
-    // also stores the keys and de-ropes the output. Returns whether that was done (or nothing was
-    // to do).
+    // The attention kernels (attention.cu): steps of a few tokens go to launch_attention_decode,
+    // which prepares the queries in registers and, with positions and out_rope
+    // (attend_and_store), stores the step's keys and de-ropes the output in its merge; other
+    // steps get a norm/rope pass first and a block per (token, head). Returns whether the keys
+    // were stored and the output de-roped (or nothing was to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
                           const Rope* out_rope, const QueryPrep& q_prep = {});
+    // attention_decode.cu; false when the step does not fit it (head_dim not a multiple of 4 or
+    // above 512, more (token, head group) pairs than SMs).
+    bool launch_attention_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
+                                 const Rope* out_rope, const QueryPrep& q_prep);
     // One mHC site's launch over split blocks with a barrier (mhc.cu), when the grid fits on the
     // GPU at once; y non-null also applies the previous site's stream update first.
     bool launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn);

@@ -1,18 +1,19 @@
 // Matmuls of a few activation rows (decode) against bf16 weights: y = x · wᵀ with fp32 activations
 // and fp32 accumulation, one launch, no bf16 split of the activations (so the product is as exact
-// as the CPU's) and weights streamed with 16-byte loads. The work is cut into tasks of kRows
-// weight rows. Products with fewer tasks than the GPU holds warps give each task a block, whose
-// threads split k (parallelism for short, wide matrices); larger ones (the LM head) give each
-// task a warp, the warps striding over all tasks on a one-wave grid, so block start-up is paid a
-// few times per SM instead of once per four rows (measured: the 530 MB head 4.1 TB/s). Dot
-// products are added in a fixed order either way. One launch covers up to kMaxParts products of
+// as the CPU's) and weights streamed with 16-byte loads. The work is cut into tasks of R weight
+// rows. Products with fewer tasks than the GPU holds warps, and one-row products with k >= 2048,
+// give each task a block, whose threads split k; the others give each task a warp, the warps
+// striding over all tasks on a one-wave grid. One activation row takes tasks of 2 rows: on an
+// H200 (Nsight-free event timing of each shape alone) 2-row blocks read V4-Flash's head at 4.57
+// TB/s against 4.20 for 4-row warp tasks (a plain read: 4.60), its 4096-wide projections at
+// 3.6-4.3 TB/s against 3.4-4.1, and 2-row warp tasks with 8 strides in flight its 1024-wide
+// q_b at 3.57 against 3.31 TB/s. Dot products are added in a fixed order either way. One launch covers up to kMaxParts products of
 // the same shape of x: the groups of a grouped matmul (wo_a) or sibling projections of one x.
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
 
-constexpr int kRows = 4;  // weight rows per warp task
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxParts = 8;
@@ -39,52 +40,53 @@ __device__ const Part& part_of(const GemvArgs& a, int task) {
     return a.parts[pi];
 }
 
-// A task's kRows weight rows times the M rows of x over this thread's columns (first, first +
+// A task's R weight rows times the M rows of x over this thread's columns (first, first +
 // stride, ...), Unroll strides of loads in flight; acc[r][t] gets row r's dot with x row t.
-template <int M, int Unroll>
+template <int M, int R, int Unroll>
 __device__ __forceinline__ void task_dots(const GemvArgs& a, const Part& part, int64_t row0, int64_t first,
-                                          int64_t stride, float (&acc)[kRows][M]) {
-    const __nv_bfloat16* w[kRows];
-    for (int r = 0; r < kRows; ++r) w[r] = part.w + min(row0 + r, part.rows - 1) * a.k;
+                                          int64_t stride, float (&acc)[R][M]) {
+    const __nv_bfloat16* w[R];
+    for (int r = 0; r < R; ++r) w[r] = part.w + min(row0 + r, part.rows - 1) * a.k;
 #pragma unroll Unroll
     for (int64_t c = first; c < a.k; c += stride) {
-        uint4 wv[kRows];
-        for (int r = 0; r < kRows; ++r) wv[r] = load_weights(w[r] + c);
+        uint4 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = load_weights(w[r] + c);
         for (int t = 0; t < M; ++t) {
             float4 lo = *reinterpret_cast<const float4*>(part.x + t * a.lda + c);
             float4 hi = *reinterpret_cast<const float4*>(part.x + t * a.lda + c + 4);
-            for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r], lo, hi);
+            for (int r = 0; r < R; ++r) acc[r][t] += dot8(wv[r], lo, hi);
         }
     }
 }
 
-// Before waiting for the preceding kernel, lanes 0..kRows-1 start the task's weight rows loading
+// Before waiting for the preceding kernel, lanes 0..R-1 start the task's weight rows loading
 // into L2 (the first tasks only: a bounded share of L2).
+template <int R>
 __device__ __forceinline__ void prefetch_task(const GemvArgs& a, const Part& part, int task, int64_t row0, int lane) {
-    if (task < a.prefetch_tasks && lane < kRows && row0 + lane < part.rows)
+    if (task < a.prefetch_tasks && lane < R && row0 + lane < part.rows)
         prefetch_l2(part.w + (row0 + lane) * a.k, static_cast<unsigned>(a.k * sizeof(__nv_bfloat16)));
 }
 
 // A task on a whole block: threads split k; warps' sums are added in warp order.
-template <int M>
+template <int M, int R>
 __global__ void __launch_bounds__(kThreads) gemv_block_kernel(GemvArgs a) {
     pdl_launch_dependents();
     int task = blockIdx.x;
     const Part& part = part_of(a, task);
-    int64_t row0 = static_cast<int64_t>(task - part.first_task) * kRows;
-    prefetch_task(a, part, task, row0, threadIdx.x);
+    int64_t row0 = static_cast<int64_t>(task - part.first_task) * R;
+    prefetch_task<R>(a, part, task, row0, threadIdx.x);
     pdl_wait();
-    float acc[kRows][M] = {};
-    task_dots<M, 2>(a, part, row0, threadIdx.x * 8, kThreads * 8, acc);
-    __shared__ float partial[kWarps][kRows * M];
+    float acc[R][M] = {};
+    task_dots<M, R, 2>(a, part, row0, threadIdx.x * 8, kThreads * 8, acc);
+    __shared__ float partial[kWarps][R * M];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < R; ++r)
         for (int t = 0; t < M; ++t) {
             float v = warp_sum(acc[r][t]);
             if (lane == 0) partial[warp][r * M + t] = v;
         }
     __syncthreads();
-    if (threadIdx.x >= kRows * M) return;
+    if (threadIdx.x >= R * M) return;
     int r = threadIdx.x / M, t = threadIdx.x % M;
     if (row0 + r >= part.rows) return;
     float v = 0;
@@ -94,13 +96,13 @@ __global__ void __launch_bounds__(kThreads) gemv_block_kernel(GemvArgs a) {
 }
 
 // A task on one warp: lanes split k, the sum by butterfly.
-template <int M>
+template <int M, int R, int Unroll>
 __device__ void gemv_task(const GemvArgs& a, int task, int lane) {
     const Part& part = part_of(a, task);
-    int64_t row0 = static_cast<int64_t>(task - part.first_task) * kRows;
-    float acc[kRows][M] = {};
-    task_dots<M, 4>(a, part, row0, lane * 8, 32 * 8, acc);
-    for (int r = 0; r < kRows; ++r)
+    int64_t row0 = static_cast<int64_t>(task - part.first_task) * R;
+    float acc[R][M] = {};
+    task_dots<M, R, Unroll>(a, part, row0, lane * 8, 32 * 8, acc);
+    for (int r = 0; r < R; ++r)
         for (int t = 0; t < M; ++t) {
             float v = warp_sum(acc[r][t]);  // every lane holds the sum
             if (lane == r * M + t && row0 + r < part.rows) {
@@ -110,19 +112,31 @@ __device__ void gemv_task(const GemvArgs& a, int task, int lane) {
         }
 }
 
-template <int M>
+template <int M, int R, int Unroll>
 __global__ void __launch_bounds__(kThreads) gemv_warp_kernel(GemvArgs a) {
     pdl_launch_dependents();
     int lane = threadIdx.x % 32;
     int first = blockIdx.x * kWarps + threadIdx.x / 32;
     if (first < a.tasks) {
         const Part& part = part_of(a, first);
-        prefetch_task(a, part, first, static_cast<int64_t>(first - part.first_task) * kRows, lane);
+        prefetch_task<R>(a, part, first, static_cast<int64_t>(first - part.first_task) * R, lane);
     }
     pdl_wait();
     for (int task = first; task < a.tasks; task += gridDim.x * kWarps)
-        gemv_task<M>(a, task, lane);
+        gemv_task<M, R, Unroll>(a, task, lane);
 }
+
+using Kernel = void (*)(GemvArgs);
+
+// The two kernels for M rows of x: 4-row tasks, or for one row 2-row tasks (warp tasks with 8
+// strides in flight).
+template <int M>
+constexpr Kernel kWarpKernel = gemv_warp_kernel<M, 4, 4>;
+template <>
+constexpr Kernel kWarpKernel<1> = gemv_warp_kernel<1, 2, 8>;
+template <int M>
+constexpr Kernel kBlockKernel = gemv_block_kernel<M, M == 1 ? 2 : 4>;
+constexpr int task_rows(int64_t m) { return m == 1 ? 2 : 4; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -135,29 +149,28 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
     a.lda = lda;
     a.k = products[0].w->dim(-1);
     a.accumulate = accumulate;
+    int rows = task_rows(m);
     for (size_t i = 0; i < products.size(); ++i) {
         const GemvProduct& p = products[i];
         if (p.w->dtype() != DType::kBF16 || p.w->dim(-1) != a.k || a.k % 8 != 0 || !aligned16(p.x) || !aligned16(p.w->raw()))
             return false;
         a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, a.tasks};
-        a.tasks += blocks_for(p.w->dim(0), kRows);
+        a.tasks += blocks_for(p.w->dim(0), rows);
     }
     // Prefetched weights stay within a third of the H200's 50 MB L2, so they are not evicted
     // before their task reads them.
     constexpr int64_t kPrefetchBytes = 16 << 20;
-    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, kPrefetchBytes / (kRows * a.k * 2)));
-    using Kernel = void (*)(GemvArgs);
-    static constexpr Kernel kWarpTasks[] = {gemv_warp_kernel<1>, gemv_warp_kernel<2>, gemv_warp_kernel<3>,
-                                            gemv_warp_kernel<4>, gemv_warp_kernel<5>, gemv_warp_kernel<6>,
-                                            gemv_warp_kernel<7>, gemv_warp_kernel<8>};
-    static constexpr Kernel kBlockTasks[] = {gemv_block_kernel<1>, gemv_block_kernel<2>, gemv_block_kernel<3>,
-                                             gemv_block_kernel<4>, gemv_block_kernel<5>, gemv_block_kernel<6>,
-                                             gemv_block_kernel<7>, gemv_block_kernel<8>};
+    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, kPrefetchBytes / (rows * a.k * 2)));
+    static constexpr Kernel kWarpTasks[] = {kWarpKernel<1>, kWarpKernel<2>, kWarpKernel<3>, kWarpKernel<4>,
+                                            kWarpKernel<5>, kWarpKernel<6>, kWarpKernel<7>, kWarpKernel<8>};
+    static constexpr Kernel kBlockTasks[] = {kBlockKernel<1>, kBlockKernel<2>, kBlockKernel<3>, kBlockKernel<4>,
+                                             kBlockKernel<5>, kBlockKernel<6>, kBlockKernel<7>, kBlockKernel<8>};
     Kernel warp_kernel = kWarpTasks[m - 1];
     int& resident = gemv_blocks_per_sm_[m - 1];  // blocks of the warp kernel that fit on an SM at once
     if (resident == 0) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, warp_kernel, kThreads, 0));
     int wave = sm_count_ * std::max(resident, 1);  // blocks in one wave
-    if (a.tasks >= wave * kWarps)
+    bool wide_row = m == 1 && a.k >= 2048;
+    if (a.tasks >= wave * kWarps && !wide_row)
         launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
     else
         launch_pdl(kBlockTasks[m - 1], a.tasks, kThreads, 0, stream_, a);

@@ -288,32 +288,45 @@ __global__ void __launch_bounds__(kDotsThreads) hc_post_dots_pre_kernel(HcPreArg
 constexpr int kGram = 10;  // (j, k), j <= k < 4
 constexpr int kSiteParts = 24 + kGram;
 
-// Waits until all gridDim.x blocks of this grid row have arrived; arrive/depart counters go back
-// to zero once every block has passed, ready for the next launch.
-__device__ void row_barrier(int* arrive) {
+constexpr int kMaxSiteSplits = 64;  // hidden sizes up to 64 x kDotsThreads
+
+// Waits until all gridDim.x blocks of this grid row have arrived. The last to arrive puts the
+// count back to zero and moves the row's generation on, which the others wait for (`seen`: the
+// generation thread 0 read before arriving), so no second round of atomics is needed to reset.
+__device__ void row_barrier(int* arrive, unsigned* generation, unsigned seen) {
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        atomicAdd(arrive, 1);
-        while (atomicAdd(arrive, 0) < static_cast<int>(gridDim.x)) __nanosleep(64);
+        if (atomicAdd(arrive, 1) == static_cast<int>(gridDim.x) - 1) {
+            *arrive = 0;
+            __threadfence();
+            atomicExch(generation, seen + 1);
+        } else {
+            for (;;) {
+                unsigned now;
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(generation) : "memory");
+                if (now != seen) break;
+                __nanosleep(32);
+            }
+        }
     }
     __syncthreads();
     __threadfence();
-}
-
-__device__ void row_depart(int* arrive, int* depart) {
-    if (threadIdx.x == 0 && atomicAdd(depart, 1) == static_cast<int>(gridDim.x) - 1) {
-        atomicExch(arrive, 0);
-        atomicExch(depart, 0);
-    }
 }
 
 __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, float* streams, const float* y, const float* fn,
                                                                float* parts, int* counters) {
-    pdl_prologue();
     constexpr int hc = 4, W = 24;
     int64_t n = blockIdx.y, d = a.d, e = blockIdx.x * int64_t{kDotsThreads} + threadIdx.x;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    // fn is a weight: its loads start before the wait for the preceding kernel.
+    pdl_launch_dependents();
+    float f[W][hc];
+    for (int w = 0; w < W; ++w)
+        for (int k = 0; k < hc; ++k) f[w][k] = e < d ? fn[w * hc * d + k * d + e] : 0.0f;
+    pdl_wait();
+    unsigned* generation = reinterpret_cast<unsigned*>(counters + CudaBackend::kMaxHcSplitTokens + n);
+    unsigned seen = threadIdx.x == 0 ? *reinterpret_cast<volatile unsigned*>(generation) : 0;
     float xs[hc] = {}, dots[W] = {}, gram[kGram] = {};
     if (e < d) {
         float* x = streams + n * hc * d;
@@ -324,7 +337,7 @@ __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, floa
             for (int k = 0; k < hc; ++k) xs[k] = now[k];
         }
         for (int w = 0; w < W; ++w)
-            for (int k = 0; k < hc; ++k) dots[w] += fn[w * hc * d + k * d + e] * xs[k];
+            for (int k = 0; k < hc; ++k) dots[w] += f[w][k] * xs[k];
         for (int j = 0, g = 0; j < hc; ++j)
             for (int k = j; k < hc; ++k) gram[g++] = xs[j] * xs[k];
     }
@@ -339,18 +352,20 @@ __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, floa
         for (int i = 0; i < kDotsThreads / 32; ++i) v += red[i][threadIdx.x];
         mine[threadIdx.x] = v;
     }
-    row_barrier(counters + n);
+    row_barrier(counters + n, generation, seen);
 
+    // Every split's sums in one round of loads, then added in split order.
+    __shared__ float all[kMaxSiteSplits * kSiteParts];
+    const float* row_parts = parts + n * gridDim.x * kSiteParts;
+    for (unsigned i = threadIdx.x; i < gridDim.x * kSiteParts; i += blockDim.x) all[i] = __ldcg(row_parts + i);
+    __syncthreads();
     __shared__ float total[kSiteParts];
     if (threadIdx.x < kSiteParts) {
-        const float* part = parts + n * gridDim.x * kSiteParts + threadIdx.x;
         float v = 0;
-#pragma unroll 8
-        for (unsigned sp = 0; sp < gridDim.x; ++sp) v += __ldcg(part + sp * kSiteParts);
+        for (unsigned sp = 0; sp < gridDim.x; ++sp) v += all[sp * kSiteParts + threadIdx.x];
         total[threadIdx.x] = v;
     }
     __syncthreads();
-    row_depart(counters + n, counters + CudaBackend::kMaxHcSplitTokens + n);
     float flat_ss = total[W + 0] + total[W + 4] + total[W + 7] + total[W + 9];  // the Gram diagonal
     float inv_flat = rsqrtf(flat_ss / (hc * d) + a.norm_eps);
     __shared__ float m[W];
@@ -453,7 +468,8 @@ bool CudaBackend::launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, 
     int splits = blocks_for(a.d, kDotsThreads);
     if (hc_site_resident_ == 0)
         DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel, kDotsThreads, 0));
-    if (n > kMaxHcSplitTokens || static_cast<int64_t>(splits) * n > static_cast<int64_t>(hc_site_resident_) * sm_count_)
+    if (n > kMaxHcSplitTokens || splits > kMaxSiteSplits ||
+        static_cast<int64_t>(splits) * n > static_cast<int64_t>(hc_site_resident_) * sm_count_)
         return false;
     Tensor parts = empty(DType::kF32, {n, splits, kSiteParts});
     launch_pdl(hc_site_kernel, dim3(splits, n), kDotsThreads, 0, stream(), a, streams, y, fn, parts.data<float>(),

@@ -89,6 +89,11 @@ void RefBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
             out.data<float>()[i * cols + c] = x.data<float>()[rows.data<int32_t>()[i] * cols + c];
 }
 
+void RefBackend::copy(const Tensor& src, Tensor& dst) {
+    DI_CHECK(src.nbytes() == dst.nbytes(), "copy: {} vs {}", src.shape_string(), dst.shape_string());
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
 void RefBackend::add(const Tensor& x, Tensor& y) {
     for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] += x.data<float>()[i];
 }

@@ -92,8 +92,11 @@ Tensor DeepseekV4Model::forward_described(const Batch& batch, HybridCache& cache
     }
     int64_t r = static_cast<int64_t>(step.logit_rows.size());
     if (r == 0) return backend_.empty(DType::kF32, {0, cfg_.vocab_size});
-    Tensor picked = backend_.empty(DType::kF32, {r, hc, D});
-    backend_.gather_rows(st.streams, in.logit_rows, picked);
+    // Decode steps want every row in order: no gather.
+    bool all_rows = r == n;
+    for (int64_t i = 0; all_rows && i < r; ++i) all_rows = step.logit_rows[i] == i;
+    Tensor picked = all_rows ? st.streams : backend_.empty(DType::kF32, {r, hc, D});
+    if (!all_rows) backend_.gather_rows(st.streams, in.logit_rows, picked);
     Tensor h = backend_.empty(DType::kF32, {r, D});
     backend_.hc_head(picked, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, mhc_params(), h);
     backend_.rms_norm(h, &w_.norm, cfg_.rms_norm_eps, h);
