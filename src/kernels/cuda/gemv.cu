@@ -1,13 +1,12 @@
 // Matmuls of a few activation rows (decode) against bf16 weights: y = x · wᵀ with fp32 activations
 // and fp32 accumulation, one launch, no bf16 split of the activations (so the product is as exact
-// as the CPU's) and weights streamed with 16-byte loads. The work is cut into tasks of R weight
-// rows. Products with fewer tasks than the GPU holds warps, and one-row products with k >= 2048,
-// give each task a block, whose threads split k; the others give each task a warp, the warps
-// striding over all tasks on a one-wave grid. One activation row takes tasks of 2 rows: on an
-// H200 (Nsight-free event timing of each shape alone) 2-row blocks read V4-Flash's head at 4.57
-// TB/s against 4.20 for 4-row warp tasks (a plain read: 4.60), its 4096-wide projections at
-// 3.6-4.3 TB/s against 3.4-4.1, and 2-row warp tasks with 8 strides in flight its 1024-wide
-// q_b at 3.57 against 3.31 TB/s. Dot products are added in a fixed order either way. One launch covers up to kMaxParts products of
+// as the CPU's) and weights streamed with 16-byte loads. The work is cut into tasks of 4 weight
+// rows. Products with fewer tasks than the GPU holds warps give each task a block, whose threads
+// split k; the others give each task a warp, the warps striding over all tasks on a one-wave
+// grid. One activation row's warp tasks take 2 rows with 8 strides in flight (Nsight Compute,
+// V4-Flash's q_b + indexer q_b: 21.7 -> 20.9 µs; 2-row block tasks measured faster alone in a
+// loop of launches but slower in the model's step, so blocks keep 4 rows). Dot products are
+// added in a fixed order either way. One launch covers up to kMaxParts products of
 // the same shape of x: the groups of a grouped matmul (wo_a) or sibling projections of one x.
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
@@ -128,17 +127,30 @@ __global__ void __launch_bounds__(kThreads) gemv_warp_kernel(GemvArgs a) {
 
 using Kernel = void (*)(GemvArgs);
 
-// The two kernels for M rows of x: 4-row tasks, or for one row 2-row tasks (warp tasks with 8
-// strides in flight).
+// The two kernels for M rows of x: tasks of 4 rows, except one row's warp tasks: 2 rows with 8
+// strides in flight.
 template <int M>
 constexpr Kernel kWarpKernel = gemv_warp_kernel<M, 4, 4>;
 template <>
 constexpr Kernel kWarpKernel<1> = gemv_warp_kernel<1, 2, 8>;
 template <int M>
-constexpr Kernel kBlockKernel = gemv_block_kernel<M, M == 1 ? 2 : 4>;
-constexpr int task_rows(int64_t m) { return m == 1 ? 2 : 4; }
+constexpr Kernel kBlockKernel = gemv_block_kernel<M, 4>;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Tasks of `rows` weight rows over the products (and each part's first task).
+int assign_tasks(GemvArgs& a, int rows) {
+    a.tasks = 0;
+    for (int i = 0; i < a.num_parts; ++i) {
+        a.parts[i].first_task = a.tasks;
+        a.tasks += blocks_for(a.parts[i].rows, rows);
+    }
+    // Prefetched weights stay within a third of the H200's 50 MB L2, so they are not evicted
+    // before their task reads them.
+    constexpr int64_t kPrefetchBytes = 16 << 20;
+    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, kPrefetchBytes / (rows * a.k * 2)));
+    return a.tasks;
+}
 
 }  // namespace
 
@@ -149,18 +161,12 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
     a.lda = lda;
     a.k = products[0].w->dim(-1);
     a.accumulate = accumulate;
-    int rows = task_rows(m);
     for (size_t i = 0; i < products.size(); ++i) {
         const GemvProduct& p = products[i];
         if (p.w->dtype() != DType::kBF16 || p.w->dim(-1) != a.k || a.k % 8 != 0 || !aligned16(p.x) || !aligned16(p.w->raw()))
             return false;
-        a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, a.tasks};
-        a.tasks += blocks_for(p.w->dim(0), rows);
+        a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, 0};
     }
-    // Prefetched weights stay within a third of the H200's 50 MB L2, so they are not evicted
-    // before their task reads them.
-    constexpr int64_t kPrefetchBytes = 16 << 20;
-    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, kPrefetchBytes / (rows * a.k * 2)));
     static constexpr Kernel kWarpTasks[] = {kWarpKernel<1>, kWarpKernel<2>, kWarpKernel<3>, kWarpKernel<4>,
                                             kWarpKernel<5>, kWarpKernel<6>, kWarpKernel<7>, kWarpKernel<8>};
     static constexpr Kernel kBlockTasks[] = {kBlockKernel<1>, kBlockKernel<2>, kBlockKernel<3>, kBlockKernel<4>,
@@ -169,11 +175,12 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
     int& resident = gemv_blocks_per_sm_[m - 1];  // blocks of the warp kernel that fit on an SM at once
     if (resident == 0) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, warp_kernel, kThreads, 0));
     int wave = sm_count_ * std::max(resident, 1);  // blocks in one wave
-    bool wide_row = m == 1 && a.k >= 2048;
-    if (a.tasks >= wave * kWarps && !wide_row)
-        launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
-    else
+    if (assign_tasks(a, 4) < wave * kWarps) {
         launch_pdl(kBlockTasks[m - 1], a.tasks, kThreads, 0, stream_, a);
+        return true;
+    }
+    if (m == 1) assign_tasks(a, 2);
+    launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
     return true;
 }
 

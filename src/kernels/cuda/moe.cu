@@ -1,6 +1,6 @@
 // MoE on the GPU: routing in one warp per token. A step of a few (token, slot) pairs runs the
-// routed experts straight from the device-side ids: one block per weight row and pair, reading
-// each selected expert's bf16 rows once per pair. Larger steps group the pairs by expert on the device
+// routed experts straight from the device-side ids: one warp per weight row, reading each selected
+// expert's bf16 rows once per pair. Larger steps group the pairs by expert on the device
 // (moe_grouped.cu). Neither returns to the host. Longer steps copy the routing to the host and run
 // grouped tensor-core GEMMs over all experts (moe_gemm.cu); experts that are not bf16 loop over
 // three GEMMs per expert.
@@ -74,93 +74,70 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
     return true;
 }
 
-constexpr int kPairThreads = 256;
-
-// The block's sum of one value per thread, added in warp order; thread 0 gets it.
-__device__ __forceinline__ float block_total(float v) {
-    __shared__ float warps[kPairThreads / 32];
-    v = warp_sum(v);
-    if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
-    __syncthreads();
-    float total = 0;
-    if (threadIdx.x == 0)
-        for (int w = 0; w < kPairThreads / 32; ++w) total += warps[w];
-    return total;
-}
-
-// h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot), a
-// block per (row i, pair) whose threads split d: two rows per block streamed with 16-byte loads
-// (as the one-row GEMV: on an H200 V4-Flash's 7 experts' up-projections read at 4.3 TB/s that
-// way against 3.6-3.8 with a warp per row). With a shared expert (shared.w1 non-null) every
-// token has one more slot, after its routed ones, whose rows are known before the routing: its
-// blocks start them loading into L2 before the PDL wait. d and inter are multiples of 8 here.
+// h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot).
+// With a shared expert (shared.w1 non-null) every token has one more slot, after its routed ones,
+// whose rows are known before the routing: its blocks start them loading into L2 before the PDL
+// wait. Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
 template <bool Shared>
-__global__ void __launch_bounds__(kPairThreads) moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex,
-                                                              ExpertRows shared, int top_k, int d, int inter, float limit,
-                                                              float* h) {
+__global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, ExpertRows shared, int top_k, int d,
+                              int inter, float limit, float* h) {
     pdl_launch_dependents();
-    // The shared slot's blocks come first in launch order (grid row 0 of a token), so the first
-    // resident blocks prefetch its rows.
-    int i = blockIdx.x, slots = top_k + Shared, token = blockIdx.y / slots, k = blockIdx.y % slots;
-    int slot = Shared ? (k == 0 ? top_k : k - 1) : k, pair = token * slots + slot;
-    if (Shared && slot == top_k && threadIdx.x < 2)
-        prefetch_l2((threadIdx.x == 0 ? shared.w1 : shared.w3) + static_cast<long long>(i) * d, d * 2);
+    int pair = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    int slots = top_k + Shared, token = pair / slots, slot = pair % slots;
+    int first_row = blockIdx.y * warps + threadIdx.x / 32;
+    if (Shared && slot == top_k && first_row < inter && lane < 2)
+        prefetch_l2((lane == 0 ? shared.w1 : shared.w3) + static_cast<long long>(first_row) * d, d * 2);
     pdl_wait();
     const float* xt = x + static_cast<long long>(token) * d;
     ExpertRows e = !Shared ? ex[ids[pair]] : slot == top_k ? shared : ex[ids[token * top_k + slot]];
-    const __nv_bfloat16* r1 = e.w1 + static_cast<long long>(i) * d;
-    const __nv_bfloat16* r3 = e.w3 + static_cast<long long>(i) * d;
-    float g = 0, u = 0;
-#pragma unroll 2
-    for (int c = threadIdx.x * 8; c < d; c += kPairThreads * 8) {
-        uint4 a = load_weights(r1 + c), b = load_weights(r3 + c);
-        float4 lo = *reinterpret_cast<const float4*>(xt + c), hi = *reinterpret_cast<const float4*>(xt + c + 4);
-        g += dot8(a, lo, hi);
-        u += dot8(b, lo, hi);
+    for (int i = first_row; i < inter; i += gridDim.y * warps) {
+        const __nv_bfloat16* r1 = e.w1 + static_cast<long long>(i) * d;
+        const __nv_bfloat16* r3 = e.w3 + static_cast<long long>(i) * d;
+        float g = 0, u = 0;
+#pragma unroll 4
+        for (int c = lane * 8; c < d; c += 256) {
+            uint4 a = load_weights(r1 + c), b = load_weights(r3 + c);
+            float4 lo = *reinterpret_cast<const float4*>(xt + c), hi = *reinterpret_cast<const float4*>(xt + c + 4);
+            g += dot8(a, lo, hi);
+            u += dot8(b, lo, hi);
+        }
+        g = fminf(warp_sum(g), limit);
+        u = fminf(fmaxf(warp_sum(u), -limit), limit);
+        if (lane == 0) h[static_cast<long long>(pair) * inter + i] = g / (1.0f + expf(-g)) * u;
     }
-    g = block_total(g);
-    __syncthreads();  // block_total's slots are reused
-    u = block_total(u);
-    if (threadIdx.x != 0) return;
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
-    h[static_cast<long long>(pair) * inter + i] = g / (1.0f + expf(-g)) * u;
 }
 
 // out[token, r] (+)= Σ_slot weight[token, slot] * w2_r · h[(token, slot)], the shared expert's
-// slot (if any) last with weight 1: a block per (row r, token) whose threads split each slot's
-// row, the slots' row addresses and weights looked up once into shared memory (so the loads of
-// several slots are in flight together).
+// slot (if any) last with weight 1. Each slot's matrix and weight are looked up per row (cached
+// loads; a per-warp table of them would sit in local memory).
 constexpr int kMaxDownSlots = 17;  // top_k <= 16 plus the shared expert
 
 template <bool Shared>
-__global__ void __launch_bounds__(kPairThreads) moe_down_kernel(const float* h, const int* ids, const float* weights,
-                                                                const ExpertRows* ex, ExpertRows shared, int top_k, int d,
-                                                                int inter, bool accumulate, float* out) {
+__global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex,
+                                ExpertRows shared, int top_k, int d, int inter, bool accumulate, float* out) {
     pdl_launch_dependents();
-    int r = blockIdx.x, token = blockIdx.y, slots = top_k + Shared;
-    if (Shared && threadIdx.x == 0) prefetch_l2(shared.w2 + static_cast<long long>(r) * inter, inter * 2);
+    int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    int slots = top_k + Shared, first_row = blockIdx.y * warps + threadIdx.x / 32;
+    if (Shared && first_row < d && lane == 0)
+        prefetch_l2(shared.w2 + static_cast<long long>(first_row) * inter, inter * 2);
     pdl_wait();
-    __shared__ const __nv_bfloat16* row[kMaxDownSlots];
-    __shared__ float weight[kMaxDownSlots];
-    if (threadIdx.x < slots) {
-        int s = threadIdx.x, pair = token * top_k + s;
-        bool routed = !Shared || s < top_k;
-        row[s] = (routed ? ex[ids[pair]].w2 : shared.w2) + static_cast<long long>(r) * inter;
-        weight[s] = routed ? weights[pair] : 1.0f;
-    }
-    __syncthreads();
-    float acc = 0;  // one reduction for all slots: each slot's weight scales its products
+    for (int r = first_row; r < d; r += gridDim.y * warps) {
+        float acc = 0;  // one reduction for all slots: each slot's weight scales its products
+        for (int s = 0; s < slots; ++s) {
+            int pair = token * top_k + s;
+            const __nv_bfloat16* w2 = !Shared || s < top_k ? ex[ids[pair]].w2 : shared.w2;
+            const __nv_bfloat16* row = w2 + static_cast<long long>(r) * inter;
+            const float* hp = h + static_cast<long long>(token * slots + s) * inter;
+            float ws = !Shared || s < top_k ? weights[pair] : 1.0f;
 #pragma unroll 4
-    for (int s = 0; s < slots; ++s) {
-        const float* hp = h + static_cast<long long>(token * slots + s) * inter;
-        for (int c = threadIdx.x * 8; c < inter; c += kPairThreads * 8)
-            acc += weight[s] * dot8(load_weights(row[s] + c), *reinterpret_cast<const float4*>(hp + c),
-                                    *reinterpret_cast<const float4*>(hp + c + 4));
+            for (int c = lane * 8; c < inter; c += 256)
+                acc += ws * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
+                                 *reinterpret_cast<const float4*>(hp + c + 4));
+        }
+        acc = warp_sum(acc);
+        float* o = out + static_cast<long long>(token) * d + r;
+        if (lane == 0) *o = accumulate ? *o + acc : acc;
     }
-    acc = block_total(acc);
-    float* o = out + static_cast<long long>(token) * d + r;
-    if (threadIdx.x == 0) *o = accumulate ? *o + acc : acc;
 }
 
 __global__ void gather_kernel(const float* x, const int* rows, int64_t d, float* out) {
@@ -274,19 +251,22 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     }
 }
 
-// Up to kMaxPerPairs (token, slot) pairs: each pair reads its expert's rows (a block per row),
+// Up to kMaxPerPairs (token, slot) pairs: each pair reads its expert's rows (one warp per row),
 // plus the shared expert's slot per token when `shared` has rows.
 void CudaBackend::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
                                ExpertRows shared, int inter, float limit, Tensor& out) {
     bool with_shared = shared.w1 != nullptr;
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), slots = top_k + with_shared;
+    constexpr int kWarpsPerBlock = 8;
     Tensor h = empty(DType::kF32, {n * slots, inter});
     // Without a shared slot the kernels compile without its branches (measured: batch 8 of the
     // flash-dims checkpoint ran its up-projection 17% slower with them in).
-    launch_pdl(with_shared ? moe_up_kernel<true> : moe_up_kernel<false>, dim3(inter, n * slots), kPairThreads, 0,
-               stream(), x.data<float>(), ids.data<int>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d),
-               inter, limit, h.data<float>());
-    launch_pdl(with_shared ? moe_down_kernel<true> : moe_down_kernel<false>, dim3(d, n), kPairThreads, 0, stream(),
+    dim3 up(static_cast<unsigned>(n * slots), static_cast<unsigned>((inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
+    launch_pdl(with_shared ? moe_up_kernel<true> : moe_up_kernel<false>, up, 32 * kWarpsPerBlock, 0, stream(),
+               x.data<float>(), ids.data<int>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter, limit,
+               h.data<float>());
+    dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock));
+    launch_pdl(with_shared ? moe_down_kernel<true> : moe_down_kernel<false>, down, 32 * kWarpsPerBlock, 0, stream(),
                h.data<float>(), ids.data<int>(), weights.data<float>(), rows, shared, static_cast<int>(top_k),
                static_cast<int>(d), inter, !with_shared, out.data<float>());
 }
