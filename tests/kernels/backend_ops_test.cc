@@ -275,8 +275,8 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block,
 // A mixed step (prefill and decode), and decode steps of long sequences. Steps of few (token,
 // head) pairs take the GPU's decode kernel (keys split over blocks, merged by the last block;
 // attend_and_store stores the keys and de-ropes the output in that merge), with one head group
-// or several (the last one partial) and a head_dim that leaves lanes idle; the mixed step with
-// 20 heads takes the block-per-(token, head) kernel.
+// or several (the last one partial), a head_dim that leaves lanes idle and V4-Flash's 64 heads x
+// 512; the mixed step with 20 heads takes the block-per-(token, head) kernel.
 TEST_P(BackendOps, AttentionAllModes) {
     struct Case {
         SeqShapes shapes;
@@ -284,7 +284,8 @@ TEST_P(BackendOps, AttentionAllModes) {
         int64_t heads, d;
     };
     for (const Case& cs : {Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 4, 32}, Case{{{300, 1}, {150, 1}}, 128, 80, 4, 32},
-                           Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 20, 32}, Case{{{200, 1}, {70, 2}}, 64, 24, 20, 96}}) {
+                           Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 20, 32}, Case{{{200, 1}, {70, 2}}, 64, 24, 20, 96},
+                           Case{{{300, 1}}, 128, 80, 64, 512}}) {  // V4-Flash's heads and head_dim
         int64_t heads = cs.heads, d = cs.d;
         int window = cs.window, rate = 4, picks = cs.picks;
         Scenario sc = make_scenario(rng, d, rate, 5, cs.shapes);

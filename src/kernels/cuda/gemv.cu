@@ -4,7 +4,7 @@
 // rows. Products with fewer tasks than the GPU holds warps give each task a block, whose threads
 // split k; the others give each task a warp, the warps striding over all tasks on a one-wave
 // grid. One activation row's warp tasks take 2 rows with 8 strides in flight (Nsight Compute,
-// V4-Flash's q_b + indexer q_b: 21.7 -> 20.9 µs; 2-row block tasks measured faster alone in a
+// V4-Flash's q_b + indexer q_b: 21.7 -> 20.9-21.1 µs; 2-row block tasks measured faster alone in a
 // loop of launches but slower in the model's step, so blocks keep 4 rows). Dot products are
 // added in a fixed order either way. One launch covers up to kMaxParts products of
 // the same shape of x: the groups of a grouped matmul (wo_a) or sibling projections of one x.
