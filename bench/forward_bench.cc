@@ -5,16 +5,20 @@
 //            bytes the step must read (weights it touches + KV) / measured read bandwidth (host)
 //            or copy bandwidth (device).
 // Every step ends with the logits on the host, as in the engine, so device timings are synchronous.
+// --variant sets (Backend::set_variant) time kernel variants against each other in one process.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <regex>
+#include <sstream>
 
+#include "base/error.h"
 #include "base/host_allocator.h"
 #include "base/thread_pool.h"
 #include "kernels/backend.h"
@@ -222,6 +226,40 @@ void print_step_profile(Session& s, int batch, int64_t vocab, std::mt19937& rng)
 
 }  // namespace
 
+// A set of kernel variants (--variant name=value,name=value) and how the decode rows name it.
+struct VariantSet {
+    std::vector<std::pair<std::string, int>> settings;
+    std::string label;
+};
+
+// The sets named on the command line (none: one empty set, the backend's defaults), each
+// checked against the backend once.
+std::vector<VariantSet> parse_variant_sets(const std::vector<std::string>& args, kernels::Backend& backend) {
+    std::vector<VariantSet> sets;
+    for (const std::string& arg : args) {
+        VariantSet set;
+        std::stringstream items(arg);
+        for (std::string item; std::getline(items, item, ',');) {
+            size_t eq = item.find('=');
+            int value = 0;
+            bool number = eq != std::string::npos && eq + 1 < item.size() &&
+                          std::from_chars(item.data() + eq + 1, item.data() + item.size(), value).ptr == item.data() + item.size();
+            DI_CHECK(number, "--variant '{}': expected name=value", item);
+            std::string name = item.substr(0, eq);
+            DI_CHECK(backend.set_variant(name, value), "--variant '{}': the {} backend has no such variant", item, backend.name());
+            set.settings.emplace_back(name, value);
+        }
+        set.label = " [" + arg + "]";
+        sets.push_back(std::move(set));
+    }
+    if (sets.empty()) sets.emplace_back();
+    return sets;
+}
+
+void apply(const VariantSet& set, kernels::Backend& backend) {
+    for (const auto& [name, value] : set.settings) backend.set_variant(name, value);
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"Forward benchmark for DeepSeek-V4 checkpoints"};
     std::string dir, device = "cpu";
@@ -239,12 +277,23 @@ int main(int argc, char** argv) {
     app.add_option("--graphs", graphs, "decode steps as device graphs: on, off or both (timed one after the other)")
         ->check(CLI::IsMember({"on", "off", "both"}));
     app.add_flag("--profile", profile, "after each batch's timed steps, one more step timed per op (device backends)");
+    std::vector<std::string> variant_args;
+    app.add_option("--variant", variant_args,
+                   "kernel variant set 'name=value[,name=value]' (Backend::set_variant); repeated, the sets' decode steps "
+                   "are timed alternately in two rounds");
     CLI11_PARSE(app, argc, argv);
 
     std::vector<bool> graph_modes;
     if (graphs != "off") graph_modes.push_back(true);
     if (graphs != "on") graph_modes.push_back(false);
     auto backend = kernels::make_backend(device, threads);
+    std::vector<VariantSet> variant_sets;
+    try {
+        variant_sets = parse_variant_sets(variant_args, *backend);
+    } catch (const Error& e) {
+        std::fprintf(stderr, "bench_forward: %s\n", e.what());
+        return 2;
+    }
     model::Checkpoint ckpt(dir);
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
     model::DeepseekV4Model m(cfg, ckpt, *backend);
@@ -288,13 +337,19 @@ int main(int argc, char** argv) {
         DecodeFloor f = decode_floor(cfg, wb, b, context, bw, gemm_rate);
         for (bool graphs : graph_modes) {
             backend->set_graphs(graphs);
-            double t = median_decode_step(s, b, decode_steps, cfg.vocab_size, rng);
-            std::printf("| decode | batch %d%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; %.1f "
-                        "GFLOP: %.2f ms) | %.2fx floor |\n",
-                        b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", b / t, t * 1e3,
-                        f.seconds() * 1e3, f.bytes / 1e9, f.bytes / bw * 1e3, f.flops / 1e9, f.flops / gemm_rate * 1e3,
-                        t / f.seconds());
+            int rounds = variant_sets.size() > 1 ? 2 : 1;
+            for (int round = 0; round < rounds; ++round)
+                for (const VariantSet& set : variant_sets) {
+                    apply(set, *backend);
+                    double t = median_decode_step(s, b, decode_steps, cfg.vocab_size, rng);
+                    std::printf("| decode | batch %d%s%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; "
+                                "%.1f GFLOP: %.2f ms) | %.2fx floor |\n",
+                                b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", set.label.c_str(), b / t,
+                                t * 1e3, f.seconds() * 1e3, f.bytes / 1e9, f.bytes / bw * 1e3, f.flops / 1e9,
+                                f.flops / gemm_rate * 1e3, t / f.seconds());
+                }
         }
+        apply(variant_sets.front(), *backend);
         if (profile) print_step_profile(s, b, cfg.vocab_size, rng);
     }
     return 0;

@@ -179,6 +179,10 @@ public:
     virtual void begin_graph_step(uint64_t /*shape*/) {}
     virtual void end_graph_step(bool /*launch*/ = true) {}
     virtual void set_graphs(bool) {}
+    // Picks a kernel variant by name, for A/B measurements inside one process (bench_forward
+    // --variant). Every variant computes the same op within the op tests' bounds. False when the
+    // backend has no such knob or value.
+    virtual bool set_variant(const std::string& /*name*/, int /*value*/) { return false; }
 
     // --- memory -------------------------------------------------------------------------------
     virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;

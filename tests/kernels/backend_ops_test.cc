@@ -91,6 +91,37 @@ TEST_P(BackendOps, SmallBatchMatmul) {
     }
 }
 
+// One activation row under every GEMV variant the backend offers (set_variant; the CPU backends
+// have none): a short product (block tasks) and a tall one (enough rows for warp tasks).
+TEST_P(BackendOps, OneRowMatmulVariants) {
+    struct Variant {
+        const char* name;
+        int value;
+    };
+    std::vector<std::vector<Variant>> sets = {{}};
+    for (int rows : {2, 4})
+        for (int unroll : {4, 8}) sets.push_back({{"gemv_one_row_warp_rows", rows}, {"gemv_one_row_warp_unroll", unroll}});
+    for (int rows : {2, 4}) sets.push_back({{"gemv_one_row_block_rows", rows}});
+    for (const auto& set : sets) {
+        bool offered = true;
+        std::string label;
+        for (const Variant& v : set) {
+            offered = cpu->set_variant(v.name, v.value) && offered;
+            label += std::string(" ") + v.name + "=" + std::to_string(v.value);
+        }
+        if (!offered) continue;
+        for (int64_t n : {37, 20000}) {
+            int64_t k = n < 100 ? 4200 : 72;
+            Tensor x = random_f32({1, k}, rng), w = random_bf16({n, k}, rng);
+            Tensor a = Tensor::empty(DType::kF32, {1, n}), b = Tensor::empty(DType::kF32, {1, n});
+            cpu->matmul(x, w, a);
+            ref->matmul(x, w, b);
+            EXPECT_TRUE(all_close(a, b, mm_tol)) << "n = " << n << label;
+        }
+    }
+    EXPECT_FALSE(cpu->set_variant("no_such_knob", 1));
+}
+
 TEST_P(BackendOps, DenseOps) {
     Tensor x = random_f32({6, 40}, rng), w = random_bf16({12, 40}, rng), nw = random_f32({40}, rng);
     Tensor a = Tensor::empty(DType::kF32, {6, 12}), b = Tensor::empty(DType::kF32, {6, 12});

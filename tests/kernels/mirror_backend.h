@@ -17,6 +17,7 @@ public:
     Device device() const override { return Device::kCpu; }
     const char* name() const override { return dev_->name(); }
     void set_matmul_precision(MatmulPrecision p) override { dev_->set_matmul_precision(p); }
+    bool set_variant(const std::string& name, int value) override { return dev_->set_variant(name, value); }
     Tensor empty(DType dtype, std::vector<int64_t> shape) override { return Tensor::empty(dtype, std::move(shape)); }
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override { return Tensor::zeros(dtype, std::move(shape)); }
     Tensor upload(const Tensor& host) override { return host; }

@@ -140,6 +140,9 @@ public:
     }
     void end_graph_step(bool launch) override { graphs_->end_step(launch); }
     void set_graphs(bool on) override { graphs_->set_enabled(on); }
+    // gemv.cu: one activation row's GEMV tasks (gemv_one_row_warp_rows 2|4,
+    // gemv_one_row_warp_unroll 4|8, gemv_one_row_block_rows 2|4).
+    bool set_variant(const std::string& name, int value) override;
     std::string profile_report() override;
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
@@ -211,6 +214,9 @@ private:
     void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
     int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
+    struct OneRowGemv {
+        int warp_rows = 2, warp_unroll = 8, block_rows = 4;
+    } one_row_gemv_;
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
     Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
