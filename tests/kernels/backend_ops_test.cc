@@ -60,6 +60,23 @@ Tensor positions(std::vector<int64_t> p) {
     return t;
 }
 
+// Kernel variants (Backend::set_variant) a test also runs under: the defaults first, then each
+// set the backend offers (the CPU backends offer none). A set names every knob it moves away
+// from the defaults and back.
+using VariantSet = std::vector<std::pair<const char*, int>>;
+
+bool apply_variants(Backend& b, const VariantSet& set) {
+    bool offered = true;
+    for (const auto& [name, value] : set) offered = b.set_variant(name, value) && offered;
+    return offered;
+}
+
+std::string variant_label(const VariantSet& set) {
+    std::string label;
+    for (const auto& [name, value] : set) label += std::string(" ") + name + "=" + std::to_string(value);
+    return label;
+}
+
 // Decode-sized products (1-8 rows, the GPU's one-launch path) and one past it, with k spanning
 // several 2048-wide strides plus a tail, n not a multiple of 4, a grouped product and sibling
 // products of one x.
@@ -94,29 +111,20 @@ TEST_P(BackendOps, SmallBatchMatmul) {
 // One activation row under every GEMV variant the backend offers (set_variant; the CPU backends
 // have none): a short product (block tasks) and a tall one (enough rows for warp tasks).
 TEST_P(BackendOps, OneRowMatmulVariants) {
-    struct Variant {
-        const char* name;
-        int value;
-    };
-    std::vector<std::vector<Variant>> sets = {{}};
+    std::vector<VariantSet> sets = {{}};
     for (int rows : {2, 4})
-        for (int unroll : {4, 8}) sets.push_back({{"gemv_one_row_warp_rows", rows}, {"gemv_one_row_warp_unroll", unroll}});
+        for (int unroll : {4, 8})
+            sets.push_back({{"gemv_one_row_warp_rows", rows}, {"gemv_one_row_warp_unroll", unroll}});
     for (int rows : {2, 4}) sets.push_back({{"gemv_one_row_block_rows", rows}});
-    for (const auto& set : sets) {
-        bool offered = true;
-        std::string label;
-        for (const Variant& v : set) {
-            offered = cpu->set_variant(v.name, v.value) && offered;
-            label += std::string(" ") + v.name + "=" + std::to_string(v.value);
-        }
-        if (!offered) continue;
+    for (const VariantSet& set : sets) {
+        if (!apply_variants(*cpu, set)) continue;
         for (int64_t n : {37, 20000}) {
             int64_t k = n < 100 ? 4200 : 72;
             Tensor x = random_f32({1, k}, rng), w = random_bf16({n, k}, rng);
             Tensor a = Tensor::empty(DType::kF32, {1, n}), b = Tensor::empty(DType::kF32, {1, n});
             cpu->matmul(x, w, a);
             ref->matmul(x, w, b);
-            EXPECT_TRUE(all_close(a, b, mm_tol)) << "n = " << n << label;
+            EXPECT_TRUE(all_close(a, b, mm_tol)) << "n = " << n << variant_label(set);
         }
     }
     EXPECT_FALSE(cpu->set_variant("no_such_knob", 1));
@@ -219,48 +227,52 @@ MhcInputs random_mhc_inputs(std::mt19937& rng, int64_t n, int hc, int64_t d) {
 // Decode-sized steps (the GPU's split-k path, several splits with a tail), a wide step (one GEMM).
 TEST_P(BackendOps, Mhc) {
     int hc = 4;
-    for (auto [n, d] : {std::pair<int64_t, int64_t>{5, 24}, {3, 600}, {70, 40}}) {
-        SCOPED_TRACE("n " + std::to_string(n) + " d " + std::to_string(d));
-        auto [streams, fn, base, scale] = random_mhc_inputs(rng, n, hc, d);
-        MhcParams p{hc, 20, 1e-6f, 1e-6f};
-        Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
-        Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
-        Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
-        cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
-        ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
-        EXPECT_TRUE(all_close(ca, cb, tol));
-        EXPECT_TRUE(all_close(pa, pb, tol));
-        EXPECT_TRUE(all_close(ma, mb, tol));
-        Tensor nw = random_f32({d}, rng), na = copy_of(ca), pn = copy_of(pa), mn = copy_of(ma);
-        cpu->hc_pre_norm(streams, fn, base, scale, p, nw, 1e-6f, na, pn, mn);
-        ref->rms_norm(cb, &nw, 1e-6f, cb);
-        EXPECT_TRUE(all_close(na, cb, tol)) << "hc_pre_norm";
-        EXPECT_TRUE(all_close(pn, pb, tol) && all_close(mn, mb, tol)) << "hc_pre_norm coefficients";
-        for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
-            for (int k = 0; k < hc; ++k) {
-                float col = 0;
-                for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
-                EXPECT_NEAR(col, 1.0f, 1e-4f);
-            }
-        Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
-        cpu->hc_post(sa, y, pa, ma);
-        ref->hc_post(sb, y, pa, ma);
-        EXPECT_TRUE(all_close(sa, sb, tol));
-        // The stream update fused with the next site's collapse (the GPU's one pass for <= 64 tokens).
-        Tensor y2 = random_f32({n, d}, rng), s1 = copy_of(streams), s2 = copy_of(streams);
-        Tensor p1 = copy_of(pa), c1 = copy_of(ma), p2 = copy_of(pa), c2 = copy_of(ma);
-        Tensor x1 = Tensor::empty(DType::kF32, {n, d}), x2 = copy_of(x1), nw2 = random_f32({d}, rng);
-        cpu->hc_post_pre_norm(s1, y2, p1, c1, fn, base, scale, p, nw2, 1e-6f, x1);
-        ref->hc_post(s2, y2, p2, c2);
-        ref->hc_pre_norm(s2, fn, base, scale, p, nw2, 1e-6f, x2, p2, c2);
-        EXPECT_TRUE(all_close(s1, s2, tol)) << "hc_post_pre_norm streams";
-        EXPECT_TRUE(all_close(x1, x2, tol)) << "hc_post_pre_norm collapsed";
-        EXPECT_TRUE(all_close(p1, p2, tol) && all_close(c1, c2, tol)) << "hc_post_pre_norm coefficients";
-        Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng), hscale = random_f32({1}, rng);
-        Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
-        cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
-        ref->hc_head(streams, hfn, hbase, hscale, p, hb);
-        EXPECT_TRUE(all_close(ha, hb, tol));
+    for (const VariantSet& set : {VariantSet{}, VariantSet{{"hc_site", 0}}}) {
+        if (!apply_variants(*cpu, set)) continue;
+        for (auto [n, d] : {std::pair<int64_t, int64_t>{5, 24}, {3, 600}, {70, 40}}) {
+            SCOPED_TRACE("n " + std::to_string(n) + " d " + std::to_string(d) + variant_label(set));
+            auto [streams, fn, base, scale] = random_mhc_inputs(rng, n, hc, d);
+            MhcParams p{hc, 20, 1e-6f, 1e-6f};
+            Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
+            Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
+            Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
+            cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
+            ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
+            EXPECT_TRUE(all_close(ca, cb, tol));
+            EXPECT_TRUE(all_close(pa, pb, tol));
+            EXPECT_TRUE(all_close(ma, mb, tol));
+            Tensor nw = random_f32({d}, rng), na = copy_of(ca), pn = copy_of(pa), mn = copy_of(ma);
+            cpu->hc_pre_norm(streams, fn, base, scale, p, nw, 1e-6f, na, pn, mn);
+            ref->rms_norm(cb, &nw, 1e-6f, cb);
+            EXPECT_TRUE(all_close(na, cb, tol)) << "hc_pre_norm";
+            EXPECT_TRUE(all_close(pn, pb, tol) && all_close(mn, mb, tol)) << "hc_pre_norm coefficients";
+            for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
+                for (int k = 0; k < hc; ++k) {
+                    float col = 0;
+                    for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
+                    EXPECT_NEAR(col, 1.0f, 1e-4f);
+                }
+            Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
+            cpu->hc_post(sa, y, pa, ma);
+            ref->hc_post(sb, y, pa, ma);
+            EXPECT_TRUE(all_close(sa, sb, tol));
+            // The stream update fused with the next site's collapse (the GPU's one pass for <= 64 tokens).
+            Tensor y2 = random_f32({n, d}, rng), s1 = copy_of(streams), s2 = copy_of(streams);
+            Tensor p1 = copy_of(pa), c1 = copy_of(ma), p2 = copy_of(pa), c2 = copy_of(ma);
+            Tensor x1 = Tensor::empty(DType::kF32, {n, d}), x2 = copy_of(x1), nw2 = random_f32({d}, rng);
+            cpu->hc_post_pre_norm(s1, y2, p1, c1, fn, base, scale, p, nw2, 1e-6f, x1);
+            ref->hc_post(s2, y2, p2, c2);
+            ref->hc_pre_norm(s2, fn, base, scale, p, nw2, 1e-6f, x2, p2, c2);
+            EXPECT_TRUE(all_close(s1, s2, tol)) << "hc_post_pre_norm streams";
+            EXPECT_TRUE(all_close(x1, x2, tol)) << "hc_post_pre_norm collapsed";
+            EXPECT_TRUE(all_close(p1, p2, tol) && all_close(c1, c2, tol)) << "hc_post_pre_norm coefficients";
+            Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng);
+            Tensor hscale = random_f32({1}, rng);
+            Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
+            cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
+            ref->hc_head(streams, hfn, hbase, hscale, p, hb);
+            EXPECT_TRUE(all_close(ha, hb, tol));
+        }
     }
 }
 
@@ -314,67 +326,76 @@ TEST_P(BackendOps, AttentionAllModes) {
         int window, picks;
         int64_t heads, d;
     };
-    for (const Case& cs : {Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 4, 32}, Case{{{300, 1}, {150, 1}}, 128, 80, 4, 32},
-                           Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 20, 32}, Case{{{200, 1}, {70, 2}}, 64, 24, 20, 96},
-                           Case{{{300, 1}}, 128, 80, 64, 512}}) {  // V4-Flash's heads and head_dim
-        int64_t heads = cs.heads, d = cs.d;
-        int window = cs.window, rate = 4, picks = cs.picks;
-        Scenario sc = make_scenario(rng, d, rate, 5, cs.shapes);
-        EntryStore store = sc.store();
-        AttentionArgs a;
-        a.q = random_f32({sc.num_tokens, heads, d}, rng);
-        a.kv = random_f32({sc.num_tokens, d}, rng);
-        a.ring = random_f32({3, window - 1, d}, rng);
-        a.window = window;
-        a.entries = &store;
-        a.rate = rate;
-        a.sinks = random_f32({heads}, rng);
-        a.scale = 0.3f;
-        a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, picks});
-        for (const auto& s : sc.seqs)
-            for (int t = 0; t < s.num_tokens; ++t) {
-                int64_t visible = (s.start_pos + t + 1) / rate;
-                for (int i = 0; i < picks; ++i)
-                    a.selected.data<int32_t>()[(s.token_begin + t) * picks + i] =
-                        i < visible ? static_cast<int32_t>(rng() % visible) : -1;
+    // Each variant set restores what the one before it moved.
+    for (const VariantSet& set : {VariantSet{}, VariantSet{{"attention_decode", 0}},
+                                  VariantSet{{"attention_decode", 1}, {"attention_decode_splits", 32}},
+                                  VariantSet{{"attention_decode_splits", 1}}}) {
+        if (!apply_variants(*cpu, set)) continue;
+        for (const Case& cs : {Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 4, 32},
+                               Case{{{300, 1}, {150, 1}}, 128, 80, 4, 32},
+                               Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 20, 32},
+                               Case{{{200, 1}, {70, 2}}, 64, 24, 20, 96},
+                               Case{{{300, 1}}, 128, 80, 64, 512}}) {  // V4-Flash's heads and head_dim
+            SCOPED_TRACE("heads " + std::to_string(cs.heads) + variant_label(set));
+            int64_t heads = cs.heads, d = cs.d;
+            int window = cs.window, rate = 4, picks = cs.picks;
+            Scenario sc = make_scenario(rng, d, rate, 5, cs.shapes);
+            EntryStore store = sc.store();
+            AttentionArgs a;
+            a.q = random_f32({sc.num_tokens, heads, d}, rng);
+            a.kv = random_f32({sc.num_tokens, d}, rng);
+            a.ring = random_f32({3, window - 1, d}, rng);
+            a.window = window;
+            a.entries = &store;
+            a.rate = rate;
+            a.sinks = random_f32({heads}, rng);
+            a.scale = 0.3f;
+            a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, picks});
+            for (const auto& s : sc.seqs)
+                for (int t = 0; t < s.num_tokens; ++t) {
+                    int64_t visible = (s.start_pos + t + 1) / rate;
+                    for (int i = 0; i < picks; ++i)
+                        a.selected.data<int32_t>()[(s.token_begin + t) * picks + i] =
+                            i < visible ? static_cast<int32_t>(rng() % visible) : -1;
+                }
+            for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible,
+                              AttentionArgs::Compressed::kSelected}) {
+                a.compressed = mode;
+                AttentionArgs b = a;
+                a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+                b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
+                cpu->attention(sc.seqs, a);
+                ref->attention(sc.seqs, b);
+                EXPECT_TRUE(all_close(a.out, b.out, tol)) << "mode " << static_cast<int>(mode) << ", window " << window;
             }
-        for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible,
-                          AttentionArgs::Compressed::kSelected}) {
-            a.compressed = mode;
+            Tensor ra = copy_of(a.ring), rb = copy_of(a.ring);
+            cpu->ring_write(sc.seqs, a.kv, ra);
+            ref->ring_write(sc.seqs, a.kv, rb);
+            EXPECT_TRUE(all_close(ra, rb, 0.0));
+            // attend_and_store (queries normalised and roped first, with and without the norm) against
+            // the query norm and rope, attention, ring_write and the output's inverse rope.
+            std::vector<int64_t> pos;
+            for (const auto& s : sc.seqs)
+                for (int t = 0; t < s.num_tokens; ++t) pos.push_back(s.start_pos + t);
+            Tensor at_pos = positions(pos);
+            Rope rope{rope_freqs(16, 10000.0f), 16, 0.9f};
+            bool norm_q = window >= 64;
             AttentionArgs b = a;
+            a.ring = copy_of(a.ring), b.ring = copy_of(a.ring);
             a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
             b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
-            cpu->attention(sc.seqs, a);
+            a.q = random_f32({sc.num_tokens, heads, d}, rng, 3.0f), b.q = copy_of(a.q);
+            cpu->attend_and_store(sc.seqs, a, at_pos, rope, {norm_q, 1e-6f, &rope});
+            Tensor qb = b.q.reshape({sc.num_tokens * heads, d});
+            if (norm_q) ref->rms_norm(qb, nullptr, 1e-6f, qb);
+            ref->rope(qb, at_pos, static_cast<int>(heads), rope, false);
             ref->attention(sc.seqs, b);
-            EXPECT_TRUE(all_close(a.out, b.out, tol)) << "mode " << static_cast<int>(mode) << ", window " << window;
+            ref->ring_write(sc.seqs, b.kv, b.ring);
+            Tensor ob = b.out.reshape({sc.num_tokens * heads, d});
+            ref->rope(ob, at_pos, static_cast<int>(heads), rope, true);
+            EXPECT_TRUE(all_close(a.out, b.out, tol)) << "attend_and_store, window " << window;
+            EXPECT_TRUE(all_close(a.ring, b.ring, 0.0)) << "attend_and_store ring, window " << window;
         }
-        Tensor ra = copy_of(a.ring), rb = copy_of(a.ring);
-        cpu->ring_write(sc.seqs, a.kv, ra);
-        ref->ring_write(sc.seqs, a.kv, rb);
-        EXPECT_TRUE(all_close(ra, rb, 0.0));
-        // attend_and_store (queries normalised and roped first, with and without the norm) against
-        // the query norm and rope, attention, ring_write and the output's inverse rope.
-        std::vector<int64_t> pos;
-        for (const auto& s : sc.seqs)
-            for (int t = 0; t < s.num_tokens; ++t) pos.push_back(s.start_pos + t);
-        Tensor at_pos = positions(pos);
-        Rope rope{rope_freqs(16, 10000.0f), 16, 0.9f};
-        bool norm_q = window >= 64;
-        AttentionArgs b = a;
-        a.ring = copy_of(a.ring), b.ring = copy_of(a.ring);
-        a.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
-        b.out = Tensor::empty(DType::kF32, {sc.num_tokens, heads, d});
-        a.q = random_f32({sc.num_tokens, heads, d}, rng, 3.0f), b.q = copy_of(a.q);
-        cpu->attend_and_store(sc.seqs, a, at_pos, rope, {norm_q, 1e-6f, &rope});
-        Tensor qb = b.q.reshape({sc.num_tokens * heads, d});
-        if (norm_q) ref->rms_norm(qb, nullptr, 1e-6f, qb);
-        ref->rope(qb, at_pos, static_cast<int>(heads), rope, false);
-        ref->attention(sc.seqs, b);
-        ref->ring_write(sc.seqs, b.kv, b.ring);
-        Tensor ob = b.out.reshape({sc.num_tokens * heads, d});
-        ref->rope(ob, at_pos, static_cast<int>(heads), rope, true);
-        EXPECT_TRUE(all_close(a.out, b.out, tol)) << "attend_and_store, window " << window << ", heads " << heads;
-        EXPECT_TRUE(all_close(a.ring, b.ring, 0.0)) << "attend_and_store ring, window " << window << ", heads " << heads;
     }
 }
 

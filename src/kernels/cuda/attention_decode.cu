@@ -20,7 +20,7 @@ constexpr int kHeads = 8;          // heads (warps) per block
 constexpr int kSlices = 4;         // lane's columns: 4 * lane + 128 * j + (0..3), j < kSlices (head_dim <= 512)
 constexpr int kKeysInFlight = 8;   // keys a warp loads before reducing them
 constexpr int kChunk = 256;        // key addresses resolved per pass
-constexpr int kMaxSplits = 16;     // shares of a token's keys (<= 32: one lane each in the merge)
+constexpr int kMaxSplits = 32;     // shares of a token's keys (one lane each in the merge)
 constexpr int kMinShare = 8;       // keys per share at least
 
 using Row = float4[kSlices];
@@ -202,15 +202,17 @@ bool CudaBackend::launch_attention_decode(std::span<const SeqSlice> seqs, const 
     int n = 0;
     for (const auto& s : seqs) n = std::max(n, s.token_begin + s.num_tokens);
     int groups = (heads + kHeads - 1) / kHeads;
-    if (d % 4 != 0 || d > 128 * kSlices || n * groups > sm_count_) return false;  // the counters hold sm_count_ + 1
+    if (!variants_.attention_decode || d % 4 != 0 || d > 128 * kSlices || n * groups > sm_count_)
+        return false;  // (the counters hold sm_count_ + 1)
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     long long max_keys = a.window;
     if (a.compressed == AttentionArgs::Compressed::kSelected) max_keys += a.selected.dim(1);
     if (a.compressed == AttentionArgs::Compressed::kAllVisible)
         for (const auto& s : seqs) max_keys = std::max<long long>(max_keys, a.window + (s.start_pos + s.num_tokens) / a.rate);
     // About one block per SM, shares of at least kMinShare keys.
-    int splits = static_cast<int>(std::clamp<long long>(std::min<long long>(sm_count_ / (n * groups), max_keys / kMinShare),
-                                                        1, kMaxSplits));
+    int most = std::min(kMaxSplits, variants_.attention_decode_splits);
+    int splits = static_cast<int>(
+        std::clamp<long long>(std::min<long long>(sm_count_ / (n * groups), max_keys / kMinShare), 1, most));
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     Tensor partial = empty(DType::kF32, {static_cast<int64_t>(n) * heads * splits * (d + 2)});
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));

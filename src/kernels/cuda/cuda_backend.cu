@@ -417,6 +417,20 @@ void CudaBackend::add(const Tensor& x, Tensor& y) {
     launch_pdl(add_kernel, elementwise_blocks(x.numel()), 256, 0, stream_, x.data<float>(), y.data<float>(), x.numel());
 }
 
+bool CudaBackend::set_variant(const std::string& name, int value) {
+    KernelVariants& v = variants_;
+    bool two_or_four = value == 2 || value == 4, flag = value == 0 || value == 1;
+    if (name == "gemv_one_row_warp_rows" && two_or_four) v.gemv_warp_rows = value;
+    else if (name == "gemv_one_row_warp_unroll" && (value == 4 || value == 8)) v.gemv_warp_unroll = value;
+    else if (name == "gemv_one_row_block_rows" && two_or_four) v.gemv_block_rows = value;
+    else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
+    else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
+    else if (name == "hc_site" && flag) v.hc_site = value == 1;
+    else return false;
+    gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
+    return true;
+}
+
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     DI_CUDA_OP("copy");
     DI_CUDA_REQUIRE(src.nbytes() == dst.nbytes(), "copy: " + std::to_string(src.nbytes()) + " vs " +

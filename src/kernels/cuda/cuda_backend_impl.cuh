@@ -140,8 +140,7 @@ public:
     }
     void end_graph_step(bool launch) override { graphs_->end_step(launch); }
     void set_graphs(bool on) override { graphs_->set_enabled(on); }
-    // gemv.cu: one activation row's GEMV tasks (gemv_one_row_warp_rows 2|4,
-    // gemv_one_row_warp_unroll 4|8, gemv_one_row_block_rows 2|4).
+    // See KernelVariants.
     bool set_variant(const std::string& name, int value) override;
     std::string profile_report() override;
 
@@ -214,9 +213,17 @@ private:
     void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
     int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
-    struct OneRowGemv {
-        int warp_rows = 2, warp_unroll = 8, block_rows = 4;
-    } one_row_gemv_;
+    // Kernel choices that set_variant can change for A/B measurements (defaults: the measured
+    // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,
+    // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
+    // small steps on the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
+    // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels).
+    struct KernelVariants {
+        int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4;
+        bool attention_decode = true;
+        int attention_decode_splits = 16;
+        bool hc_site = true;
+    } variants_;
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
     Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches

@@ -136,7 +136,7 @@ constexpr Kernel kWarpKernel<1> = gemv_warp_kernel<1, 2, 8>;
 template <int M>
 constexpr Kernel kBlockKernel = gemv_block_kernel<M, 4>;
 
-// One row's kernels by variant (CudaBackend::set_variant): [rows 2|4][unroll 4|8], [rows 2|4].
+// One row's kernels by variant (CudaBackend::KernelVariants): [rows 2|4][unroll 4|8], [rows 2|4].
 constexpr Kernel kOneRowWarp[2][2] = {{gemv_warp_kernel<1, 2, 4>, gemv_warp_kernel<1, 2, 8>},
                                       {gemv_warp_kernel<1, 4, 4>, gemv_warp_kernel<1, 4, 8>}};
 constexpr Kernel kOneRowBlock[2] = {gemv_block_kernel<1, 2>, gemv_block_kernel<1, 4>};
@@ -176,29 +176,20 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
                                             kWarpKernel<5>, kWarpKernel<6>, kWarpKernel<7>, kWarpKernel<8>};
     static constexpr Kernel kBlockTasks[] = {kBlockKernel<1>, kBlockKernel<2>, kBlockKernel<3>, kBlockKernel<4>,
                                              kBlockKernel<5>, kBlockKernel<6>, kBlockKernel<7>, kBlockKernel<8>};
-    const OneRowGemv& v = one_row_gemv_;
-    Kernel warp_kernel = m == 1 ? kOneRowWarp[v.warp_rows == 4][v.warp_unroll == 8] : kWarpTasks[m - 1];
+    const KernelVariants& v = variants_;
+    Kernel warp_kernel = m == 1 ? kOneRowWarp[v.gemv_warp_rows == 4][v.gemv_warp_unroll == 8] : kWarpTasks[m - 1];
     int& resident = gemv_blocks_per_sm_[m - 1];  // blocks of the warp kernel that fit on an SM at once
     if (resident == 0) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, warp_kernel, kThreads, 0));
     int wave = sm_count_ * std::max(resident, 1);  // blocks in one wave
     if (assign_tasks(a, 4) < wave * kWarps) {
-        if (m == 1 && v.block_rows != 4) assign_tasks(a, v.block_rows);
-        launch_pdl(m == 1 ? kOneRowBlock[v.block_rows == 4] : kBlockTasks[m - 1], a.tasks, kThreads, 0, stream_, a);
+        if (m == 1 && v.gemv_block_rows != 4) assign_tasks(a, v.gemv_block_rows);
+        launch_pdl(m == 1 ? kOneRowBlock[v.gemv_block_rows == 4] : kBlockTasks[m - 1], a.tasks, kThreads, 0, stream_, a);
         return true;
     }
-    if (m == 1) assign_tasks(a, v.warp_rows);
+    if (m == 1) assign_tasks(a, v.gemv_warp_rows);
     launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
     return true;
 }
 
-bool CudaBackend::set_variant(const std::string& name, int value) {
-    bool two_or_four = value == 2 || value == 4;
-    if (name == "gemv_one_row_warp_rows" && two_or_four) one_row_gemv_.warp_rows = value;
-    else if (name == "gemv_one_row_warp_unroll" && (value == 4 || value == 8)) one_row_gemv_.warp_unroll = value;
-    else if (name == "gemv_one_row_block_rows" && two_or_four) one_row_gemv_.block_rows = value;
-    else return false;
-    gemv_blocks_per_sm_[0] = 0;  // the warp kernel may have changed
-    return true;
-}
 
 }  // namespace deepinfer::kernels::cuda

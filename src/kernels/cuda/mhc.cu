@@ -466,6 +466,7 @@ void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& 
 // a token resident); returns false when it does not.
 bool CudaBackend::launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn) {
     int splits = blocks_for(a.d, kDotsThreads);
+    if (!variants_.hc_site) return false;
     if (hc_site_resident_ == 0)
         DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel, kDotsThreads, 0));
     if (n > kMaxHcSplitTokens || splits > kMaxSiteSplits ||
