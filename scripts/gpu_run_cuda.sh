@@ -3,9 +3,10 @@
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on >= 5B random checkpoints, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
-# `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh profile` runs the tests, then only
-# our benchmark with a per-op profile of one decode step per batch size and the per-kernel times of
-# one batch-1 step (Nsight Compute, scripts/ncu_kernel_table.py).
+# `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh ab SET...` then times kernel
+# variants; `gpu_run_cuda.sh profile` runs the tests, then only our benchmark with a per-op profile
+# of one decode step per batch size and the per-kernel times of one batch-1 step (Nsight Compute,
+# scripts/ncu_kernel_table.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The binaries and libraries may come packed (tar -cJf .devcache/pack/cuda_run.tar.xz build-cuda/bin/...
@@ -29,6 +30,20 @@ DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEng
 # flash-dims (8.7B, V4-Flash's layer sizes); PRESETS="..." picks some.
 presets=${PRESETS:-gpu-5b flash-dims}
 make_checkpoint() { step "make $1"; rm -rf /tmp/ckpt-*; run 200 $bin/make_random_v4 --preset "$1" --out "/tmp/ckpt-$1"; }
+# `gpu_run_cuda.sh ab SET SET...`: after the tests, batch-1 and batch-8 decode of each preset
+# under each kernel variant set (bench_forward --variant, e.g. attention_decode=0 or
+# gemv_one_row_warp_rows=4,gemv_one_row_warp_unroll=4), timed alternately in one process.
+if [ "${1:-}" = ab ]; then
+    variant_args=()
+    for set in "${@:2}"; do variant_args+=(--variant "$set"); done
+    for p in $presets; do
+        make_checkpoint "$p"
+        step "variants A/B ($p): ${*:2}"
+        run 300 $bin/bench_forward --model "/tmp/ckpt-$p" --device cuda --prompt 16 --batch 1,8 --decode-steps 16 \
+            --graphs both "${variant_args[@]}"
+    done
+    exit 0
+fi
 if [ "${1:-}" = profile ]; then
     for p in $presets; do
         make_checkpoint "$p"
