@@ -485,32 +485,39 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
     struct Shape {
         int64_t n, d, inter;
     };
-    for (Shape sh : {Shape{1, 264, 48}, Shape{7, 24, 10}, Shape{5, 264, 48}, Shape{40, 64, 16}, Shape{600, 16, 8}}) {
-        int64_t n = sh.n, d = sh.d, experts = 6, inter = sh.inter;
-        int k = 2;
-        Tensor logits = random_f32({n, experts}, rng, 3.0f), bias = random_f32({experts}, rng);
-        Tensor tid2eid = Tensor::empty(DType::kI64, {50, k}), tokens = Tensor::empty(DType::kI32, {n});
-        for (int64_t i = 0; i < 50 * k; ++i) tid2eid.data<int64_t>()[i] = static_cast<int64_t>(rng() % experts);
-        for (int64_t i = 0; i < n; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % 50);
-        for (bool hash : {false, true}) {
-            Tensor ia = Tensor::empty(DType::kI32, {n, k}), ib = copy_of(ia);
-            Tensor wa = Tensor::empty(DType::kF32, {n, k}), wb = copy_of(wa);
-            cpu->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ia, wa);
-            ref->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ib, wb);
-            EXPECT_EQ(std::memcmp(ia.raw(), ib.raw(), ia.nbytes()), 0);
-            EXPECT_TRUE(all_close(wa, wb, tol));
-            std::vector<ExpertWeights> ex;
-            for (int64_t e = 0; e < experts; ++e)
-                ex.push_back({random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)});
-            Tensor x = random_f32({n, d}, rng), oa = random_f32({n, d}, rng), ob = copy_of(oa);
-            cpu->moe_experts(x, ia, wa, ex, 1.0f, oa);
-            ref->moe_experts(x, ia, wa, ex, 1.0f, ob);
-            EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "n " << n << " d " << d << " inter " << inter;
-            // With the shared expert (the reference: its three matmuls, then the routed experts).
-            ExpertWeights shared{random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)};
-            cpu->moe_ffn(x, ia, wa, ex, shared, 1.0f, oa);
-            ref->moe_ffn(x, ia, wa, ex, shared, 1.0f, ob);
-            EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "moe_ffn, n " << n << " d " << d << " inter " << inter;
+    for (const VariantSet& set : {VariantSet{}, VariantSet{{"moe_up_unroll", 8}, {"moe_down_unroll", 8}}}) {
+        if (!apply_variants(*cpu, set)) continue;
+        for (Shape sh :
+             {Shape{1, 264, 48}, Shape{7, 24, 10}, Shape{5, 264, 48}, Shape{40, 64, 16}, Shape{600, 16, 8}}) {
+            SCOPED_TRACE(variant_label(set));
+            int64_t n = sh.n, d = sh.d, experts = 6, inter = sh.inter;
+            int k = 2;
+            Tensor logits = random_f32({n, experts}, rng, 3.0f), bias = random_f32({experts}, rng);
+            Tensor tid2eid = Tensor::empty(DType::kI64, {50, k}), tokens = Tensor::empty(DType::kI32, {n});
+            for (int64_t i = 0; i < 50 * k; ++i) tid2eid.data<int64_t>()[i] = static_cast<int64_t>(rng() % experts);
+            for (int64_t i = 0; i < n; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % 50);
+            for (bool hash : {false, true}) {
+                Tensor ia = Tensor::empty(DType::kI32, {n, k}), ib = copy_of(ia);
+                Tensor wa = Tensor::empty(DType::kF32, {n, k}), wb = copy_of(wa);
+                cpu->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ia, wa);
+                ref->moe_route(logits, hash ? nullptr : &bias, hash ? &tid2eid : nullptr, &tokens, k, 1.5f, ib, wb);
+                EXPECT_EQ(std::memcmp(ia.raw(), ib.raw(), ia.nbytes()), 0);
+                EXPECT_TRUE(all_close(wa, wb, tol));
+                std::vector<ExpertWeights> ex;
+                for (int64_t e = 0; e < experts; ++e)
+                    ex.push_back(
+                        {random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)});
+                Tensor x = random_f32({n, d}, rng), oa = random_f32({n, d}, rng), ob = copy_of(oa);
+                cpu->moe_experts(x, ia, wa, ex, 1.0f, oa);
+                ref->moe_experts(x, ia, wa, ex, 1.0f, ob);
+                EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "n " << n << " d " << d << " inter " << inter;
+                // With the shared expert (the reference: its three matmuls, then the routed experts).
+                ExpertWeights shared{random_bf16({inter, d}, rng), random_bf16({inter, d}, rng),
+                                     random_bf16({d, inter}, rng)};
+                cpu->moe_ffn(x, ia, wa, ex, shared, 1.0f, oa);
+                ref->moe_ffn(x, ia, wa, ex, shared, 1.0f, ob);
+                EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "moe_ffn, n " << n << " d " << d << " inter " << inter;
+            }
         }
     }
 }

@@ -426,6 +426,8 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
     else if (name == "hc_site" && flag) v.hc_site = value == 1;
+    else if (name == "moe_up_unroll" && (value == 4 || value == 8)) v.moe_up_unroll = value;
+    else if (name == "moe_down_unroll" && (value == 4 || value == 8)) v.moe_down_unroll = value;
     else return false;
     gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
     return true;

@@ -217,12 +217,14 @@ private:
     // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
     // small steps on the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
-    // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels).
+    // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
+    // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4;
         bool attention_decode = true;
         int attention_decode_splits = 16;
         bool hc_site = true;
+        int moe_up_unroll = 4, moe_down_unroll = 4;
     } variants_;
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches

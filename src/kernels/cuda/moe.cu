@@ -78,7 +78,7 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
 // With a shared expert (shared.w1 non-null) every token has one more slot, after its routed ones,
 // whose rows are known before the routing: its blocks start them loading into L2 before the PDL
 // wait. Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
-template <bool Shared>
+template <bool Shared, int Unroll>
 __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, ExpertRows shared, int top_k, int d,
                               int inter, float limit, float* h) {
     pdl_launch_dependents();
@@ -94,7 +94,7 @@ __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* 
         const __nv_bfloat16* r1 = e.w1 + static_cast<long long>(i) * d;
         const __nv_bfloat16* r3 = e.w3 + static_cast<long long>(i) * d;
         float g = 0, u = 0;
-#pragma unroll 4
+#pragma unroll Unroll
         for (int c = lane * 8; c < d; c += 256) {
             uint4 a = load_weights(r1 + c), b = load_weights(r3 + c);
             float4 lo = *reinterpret_cast<const float4*>(xt + c), hi = *reinterpret_cast<const float4*>(xt + c + 4);
@@ -112,7 +112,7 @@ __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* 
 // loads; a per-warp table of them would sit in local memory).
 constexpr int kMaxDownSlots = 17;  // top_k <= 16 plus the shared expert
 
-template <bool Shared>
+template <bool Shared, int Unroll>
 __global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex,
                                 ExpertRows shared, int top_k, int d, int inter, bool accumulate, float* out) {
     pdl_launch_dependents();
@@ -129,7 +129,7 @@ __global__ void moe_down_kernel(const float* h, const int* ids, const float* wei
             const __nv_bfloat16* row = w2 + static_cast<long long>(r) * inter;
             const float* hp = h + static_cast<long long>(token * slots + s) * inter;
             float ws = !Shared || s < top_k ? weights[pair] : 1.0f;
-#pragma unroll 4
+#pragma unroll Unroll
             for (int c = lane * 8; c < inter; c += 256)
                 acc += ws * dot8(load_weights(row + c), *reinterpret_cast<const float4*>(hp + c),
                                  *reinterpret_cast<const float4*>(hp + c + 4));
@@ -262,11 +262,18 @@ void CudaBackend::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor&
     // Without a shared slot the kernels compile without its branches (measured: batch 8 of the
     // flash-dims checkpoint ran its up-projection 17% slower with them in).
     dim3 up(static_cast<unsigned>(n * slots), static_cast<unsigned>((inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    launch_pdl(with_shared ? moe_up_kernel<true> : moe_up_kernel<false>, up, 32 * kWarpsPerBlock, 0, stream(),
+    // [shared slot][unroll 8] (KernelVariants::moe_up_unroll / moe_down_unroll: loads in flight per lane).
+    using UpKernel = decltype(&moe_up_kernel<false, 4>);
+    using DownKernel = decltype(&moe_down_kernel<false, 4>);
+    constexpr UpKernel kUp[2][2] = {{moe_up_kernel<false, 4>, moe_up_kernel<false, 8>},
+                                    {moe_up_kernel<true, 4>, moe_up_kernel<true, 8>}};
+    constexpr DownKernel kDown[2][2] = {{moe_down_kernel<false, 4>, moe_down_kernel<false, 8>},
+                                        {moe_down_kernel<true, 4>, moe_down_kernel<true, 8>}};
+    launch_pdl(kUp[with_shared][variants_.moe_up_unroll == 8], up, 32 * kWarpsPerBlock, 0, stream(),
                x.data<float>(), ids.data<int>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter, limit,
                h.data<float>());
     dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    launch_pdl(with_shared ? moe_down_kernel<true> : moe_down_kernel<false>, down, 32 * kWarpsPerBlock, 0, stream(),
+    launch_pdl(kDown[with_shared][variants_.moe_down_unroll == 8], down, 32 * kWarpsPerBlock, 0, stream(),
                h.data<float>(), ids.data<int>(), weights.data<float>(), rows, shared, static_cast<int>(top_k),
                static_cast<int>(d), inter, !with_shared, out.data<float>());
 }
