@@ -419,15 +419,16 @@ void CudaBackend::add(const Tensor& x, Tensor& y) {
 
 bool CudaBackend::set_variant(const std::string& name, int value) {
     KernelVariants& v = variants_;
-    bool two_or_four = value == 2 || value == 4, flag = value == 0 || value == 1;
+    bool two_or_four = value == 2 || value == 4, four_or_eight = value == 4 || value == 8;
+    bool flag = value == 0 || value == 1;
     if (name == "gemv_one_row_warp_rows" && two_or_four) v.gemv_warp_rows = value;
-    else if (name == "gemv_one_row_warp_unroll" && (value == 4 || value == 8)) v.gemv_warp_unroll = value;
+    else if (name == "gemv_one_row_warp_unroll" && four_or_eight) v.gemv_warp_unroll = value;
     else if (name == "gemv_one_row_block_rows" && two_or_four) v.gemv_block_rows = value;
     else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
     else if (name == "hc_site" && flag) v.hc_site = value == 1;
-    else if (name == "moe_up_unroll" && (value == 4 || value == 8)) v.moe_up_unroll = value;
-    else if (name == "moe_down_unroll" && (value == 4 || value == 8)) v.moe_down_unroll = value;
+    else if (name == "moe_up_unroll" && four_or_eight) v.moe_up_unroll = value;
+    else if (name == "moe_down_unroll" && four_or_eight) v.moe_down_unroll = value;
     else return false;
     gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
     return true;

@@ -127,19 +127,18 @@ __global__ void __launch_bounds__(kThreads) gemv_warp_kernel(GemvArgs a) {
 
 using Kernel = void (*)(GemvArgs);
 
-// The two kernels for M rows of x: tasks of 4 rows, except one row's warp tasks: 2 rows with 8
-// strides in flight.
-template <int M>
-constexpr Kernel kWarpKernel = gemv_warp_kernel<M, 4, 4>;
-template <>
-constexpr Kernel kWarpKernel<1> = gemv_warp_kernel<1, 2, 8>;
-template <int M>
-constexpr Kernel kBlockKernel = gemv_block_kernel<M, 4>;
-
-// One row's kernels by variant (CudaBackend::KernelVariants): [rows 2|4][unroll 4|8], [rows 2|4].
+// One row of x: its kernels by variant (CudaBackend::KernelVariants; the defaults are warp tasks
+// of 2 rows with 8 strides in flight and block tasks of 4 rows): [rows 2|4][unroll 4|8], [rows 2|4].
 constexpr Kernel kOneRowWarp[2][2] = {{gemv_warp_kernel<1, 2, 4>, gemv_warp_kernel<1, 2, 8>},
                                       {gemv_warp_kernel<1, 4, 4>, gemv_warp_kernel<1, 4, 8>}};
 constexpr Kernel kOneRowBlock[2] = {gemv_block_kernel<1, 2>, gemv_block_kernel<1, 4>};
+// 2 to 8 rows of x: tasks of 4 rows.
+constexpr Kernel kWarpTasks[] = {gemv_warp_kernel<2, 4, 4>, gemv_warp_kernel<3, 4, 4>, gemv_warp_kernel<4, 4, 4>,
+                                 gemv_warp_kernel<5, 4, 4>, gemv_warp_kernel<6, 4, 4>, gemv_warp_kernel<7, 4, 4>,
+                                 gemv_warp_kernel<8, 4, 4>};
+constexpr Kernel kBlockTasks[] = {gemv_block_kernel<2, 4>, gemv_block_kernel<3, 4>, gemv_block_kernel<4, 4>,
+                                  gemv_block_kernel<5, 4>, gemv_block_kernel<6, 4>, gemv_block_kernel<7, 4>,
+                                  gemv_block_kernel<8, 4>};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -172,24 +171,19 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
             return false;
         a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, 0};
     }
-    static constexpr Kernel kWarpTasks[] = {kWarpKernel<1>, kWarpKernel<2>, kWarpKernel<3>, kWarpKernel<4>,
-                                            kWarpKernel<5>, kWarpKernel<6>, kWarpKernel<7>, kWarpKernel<8>};
-    static constexpr Kernel kBlockTasks[] = {kBlockKernel<1>, kBlockKernel<2>, kBlockKernel<3>, kBlockKernel<4>,
-                                             kBlockKernel<5>, kBlockKernel<6>, kBlockKernel<7>, kBlockKernel<8>};
     const KernelVariants& v = variants_;
-    Kernel warp_kernel = m == 1 ? kOneRowWarp[v.gemv_warp_rows == 4][v.gemv_warp_unroll == 8] : kWarpTasks[m - 1];
+    Kernel warp_kernel = m == 1 ? kOneRowWarp[v.gemv_warp_rows == 4][v.gemv_warp_unroll == 8] : kWarpTasks[m - 2];
     int& resident = gemv_blocks_per_sm_[m - 1];  // blocks of the warp kernel that fit on an SM at once
     if (resident == 0) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, warp_kernel, kThreads, 0));
     int wave = sm_count_ * std::max(resident, 1);  // blocks in one wave
     if (assign_tasks(a, 4) < wave * kWarps) {
         if (m == 1 && v.gemv_block_rows != 4) assign_tasks(a, v.gemv_block_rows);
-        launch_pdl(m == 1 ? kOneRowBlock[v.gemv_block_rows == 4] : kBlockTasks[m - 1], a.tasks, kThreads, 0, stream_, a);
+        launch_pdl(m == 1 ? kOneRowBlock[v.gemv_block_rows == 4] : kBlockTasks[m - 2], a.tasks, kThreads, 0, stream_, a);
         return true;
     }
     if (m == 1) assign_tasks(a, v.gemv_warp_rows);
     launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
     return true;
 }
-
 
 }  // namespace deepinfer::kernels::cuda

@@ -152,7 +152,6 @@ __device__ void sinkhorn_warp(const float* m, const float* base, const float* sc
     if (owner) comb[e] = c;
 }
 
-
 // Token n's pre / post / comb from its mixes, then the collapsed input (or, for the delayed mHC
 // of V4.1, pre itself), on the calling block. `mixes` holds [n, width] finished mixes (splits ==
 // 0) or hc_dots' [n, splits, width + 1]; they are read through L2 (__ldcg): other blocks of the
@@ -465,8 +464,8 @@ void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& 
 // hc_site_kernel when the step's grid fits on the GPU at once (its barrier needs every block of
 // a token resident); returns false when it does not.
 bool CudaBackend::launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn) {
-    int splits = blocks_for(a.d, kDotsThreads);
     if (!variants_.hc_site) return false;
+    int splits = blocks_for(a.d, kDotsThreads);
     if (hc_site_resident_ == 0)
         DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel, kDotsThreads, 0));
     if (n > kMaxHcSplitTokens || splits > kMaxSiteSplits ||
