@@ -25,8 +25,7 @@ __device__ void attend(const AttnParams& p, int row, int h, int si) {
     // the indexer packs first.
     int num_comp = 0;
     if (p.mode == 1) num_comp = static_cast<int>((pos + 1) / p.rate);
-    if (p.mode == 2)
-        while (num_comp < p.top_k && p.selected[static_cast<long long>(row) * p.top_k + num_comp] >= 0) ++num_comp;
+    if (p.mode == 2) num_comp = attn::count_picks(p, row);
     int total = static_cast<int>(num_window) + num_comp;
 
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -77,6 +77,17 @@ __device__ inline const float* key_ptr(const AttnParams& p, const DeviceSeq& s, 
     return p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.d;
 }
 
+// Valid picks of the indexer for `row` (packed first), counted by the whole block (every
+// thread calls it).
+__device__ inline int count_picks(const AttnParams& p, int row) {
+    int count = 0;
+    for (int i0 = 0; i0 < p.top_k; i0 += blockDim.x) {
+        int i = i0 + threadIdx.x;
+        count += __syncthreads_count(i < p.top_k && p.selected[static_cast<long long>(row) * p.top_k + i] >= 0);
+    }
+    return count;
+}
+
 // Row `row`'s kv into its sequence's ring (only the last `slots` new tokens of a sequence: the
 // others would be overwritten in this step anyway), threads striding the columns.
 __device__ inline void store_ring_row(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d,

@@ -74,16 +74,6 @@ __device__ void prepare_query(const AttnParams& p, long long pos, int lane, Row&
     if (p.q_inv_freq != nullptr) rope_row(q, p.d, lane, pos, p.q_inv_freq, p.q_rope_dim, p.q_rope_scale, false);
 }
 
-// Valid picks of the indexer for `row` (packed first), counted by the whole block.
-__device__ int count_picks(const AttnParams& p, int row) {
-    int count = 0;
-    for (int i0 = 0; i0 < p.top_k; i0 += blockDim.x) {
-        int i = i0 + threadIdx.x;
-        count += __syncthreads_count(i < p.top_k && p.selected[static_cast<long long>(row) * p.top_k + i] >= 0);
-    }
-    return count;
-}
-
 // Online-softmax state of one warp's head over a share of the keys.
 struct Share {
     float m = -INFINITY, l = 0.0f;
@@ -161,7 +151,7 @@ __global__ void __launch_bounds__(kHeads * 32) attention_decode_kernel(AttnParam
         const DeviceSeq s = p.seqs[si];
         long long pos = s.start_pos + (row - s.token_begin);
         long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
-        int num_comp = p.mode == 1 ? static_cast<int>((pos + 1) / p.rate) : p.mode == 2 ? count_picks(p, row) : 0;
+        int num_comp = p.mode == 1 ? static_cast<int>((pos + 1) / p.rate) : p.mode == 2 ? attn::count_picks(p, row) : 0;
         int total = static_cast<int>(num_window) + num_comp;
         int share = (total + p.splits - 1) / p.splits, first = blockIdx.y * share, last = min(total, first + share);
         Row q = {};
