@@ -256,11 +256,13 @@ std::vector<VariantSet> parse_variant_sets(const std::vector<std::string>& args,
     return sets;
 }
 
+// The set on top of the backend's defaults (sets may name different variants).
 void apply(const VariantSet& set, kernels::Backend& backend) {
+    backend.reset_variants();
     for (const auto& [name, value] : set.settings) backend.set_variant(name, value);
 }
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     CLI::App app{"Forward benchmark for DeepSeek-V4 checkpoints"};
     std::string dir, device = "cpu";
     int threads = 0, decode_steps = 16, context = 128;
@@ -308,7 +310,7 @@ int main(int argc, char** argv) {
                 dir.c_str(), backend->name(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
                 cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9, gemm_rate / 1e9);
 
-    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + 2 * decode_steps + 8);
+    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);
     int max_batch = *std::max_element(batches.begin(), batches.end());
     for (int p : prompts) {
         double best = 1e30;
@@ -325,15 +327,21 @@ int main(int argc, char** argv) {
         std::printf("| prefill | %d tokens | %.1f tok/s | %.3f s |\n", p, p / best, best);
         if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
     }
-    for (int b : batches) {
-        Session s{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(max_batch, max_len)), {}, {}};
-        std::vector<std::vector<int32_t>> prompt;
-        for (int i = 0; i < b; ++i) {
-            s.states.push_back(s.cache.add_sequence());
-            s.lengths.push_back(0);
-            prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
+    // Every timed run of decode steps starts from the same prefilled context, so graph modes and
+    // variant sets decode at equal lengths.
+    auto prefilled = [&](const std::vector<std::vector<int32_t>>& prompt) {
+        auto s = std::make_unique<Session>(
+            Session{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(max_batch, max_len)), {}, {}});
+        for (size_t i = 0; i < prompt.size(); ++i) {
+            s->states.push_back(s->cache.add_sequence());
+            s->lengths.push_back(0);
         }
-        step(s, prompt);
+        step(*s, prompt);
+        return s;
+    };
+    for (int b : batches) {
+        std::vector<std::vector<int32_t>> prompt;
+        for (int i = 0; i < b; ++i) prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
         DecodeFloor f = decode_floor(cfg, wb, b, context, bw, gemm_rate);
         for (bool graphs : graph_modes) {
             backend->set_graphs(graphs);
@@ -341,7 +349,8 @@ int main(int argc, char** argv) {
             for (int round = 0; round < rounds; ++round)
                 for (const VariantSet& set : variant_sets) {
                     apply(set, *backend);
-                    double t = median_decode_step(s, b, decode_steps, cfg.vocab_size, rng);
+                    auto s = prefilled(prompt);
+                    double t = median_decode_step(*s, b, decode_steps, cfg.vocab_size, rng);
                     std::printf("| decode | batch %d%s%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; "
                                 "%.1f GFLOP: %.2f ms) | %.2fx floor |\n",
                                 b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", set.label.c_str(), b / t,
@@ -350,7 +359,16 @@ int main(int argc, char** argv) {
                 }
         }
         apply(variant_sets.front(), *backend);
-        if (profile) print_step_profile(s, b, cfg.vocab_size, rng);
+        if (profile) print_step_profile(*prefilled(prompt), b, cfg.vocab_size, rng);
     }
     return 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {  // a full cache, a bad checkpoint: a message, not an abort
+        std::fprintf(stderr, "bench_forward: %s\n", e.what());
+        return 1;
+    }
 }

@@ -183,6 +183,8 @@ public:
     // --variant). Every variant computes the same op within the op tests' bounds. False when the
     // backend has no such knob or value.
     virtual bool set_variant(const std::string& /*name*/, int /*value*/) { return false; }
+    // Puts every variant back to the backend's default.
+    virtual void reset_variants() {}
 
     // --- memory -------------------------------------------------------------------------------
     virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;

@@ -149,6 +149,13 @@ TEST_P(BackendOps, DenseOps) {
         ref->rms_norm(nb, weight, 1e-6f, nb);
         EXPECT_TRUE(all_close(na, nb, tol));
     }
+    for (int64_t cols : {4096, 5000}) {  // the GPU keeps rows of up to 4,096 in registers
+        Tensor wide = random_f32({2, cols}, rng), wn = random_f32({cols}, rng), wb = copy_of(wide);
+        Tensor wa = Tensor::empty(DType::kF32, {2, cols});
+        cpu->rms_norm(wide, &wn, 1e-6f, wa);
+        ref->rms_norm(wb, &wn, 1e-6f, wb);
+        EXPECT_TRUE(all_close(wa, wb, tol)) << "rms_norm of " << cols << " columns";
+    }
 
     Rope rope{rope_freqs(8, 10000.0f), 8, 1.3f};
     Tensor ra = random_f32({6, 4, 16}, rng), rb = copy_of(ra);
@@ -212,6 +219,12 @@ TEST_P(BackendOps, DenseOps) {
     if (on_host()) {
         EXPECT_THROW(cpu->embed(ids, table, 2, ea), deepinfer::Error);
     }
+    ids.data<int32_t>()[2] = 5;
+    Tensor wide_table = random_bf16({12, 4100}, rng);  // more than one chunk of the GPU's row registers
+    Tensor wa = Tensor::empty(DType::kF32, {4, 4, 4100}), wb = Tensor::empty(DType::kF32, {4, 4, 4100});
+    cpu->embed(ids, wide_table, 4, wa);
+    ref->embed(ids, wide_table, 4, wb);
+    EXPECT_TRUE(all_close(wa, wb, 0.0)) << "embed of 4,100 columns";
 }
 
 // Random streams of n tokens and the mixing parameters of one mHC site.
@@ -225,53 +238,56 @@ MhcInputs random_mhc_inputs(std::mt19937& rng, int64_t n, int hc, int64_t d) {
 }
 
 // Decode-sized steps (the GPU's split-k path, several splits with a tail), a wide step (one GEMM).
+// hc 3 takes the GPU's general paths (no fused site, Sinkhorn across lanes).
 TEST_P(BackendOps, Mhc) {
-    int hc = 4;
-    for (const VariantSet& set : {VariantSet{}, VariantSet{{"hc_site", 0}}}) {
-        if (!apply_variants(*cpu, set)) continue;
-        for (auto [n, d] : {std::pair<int64_t, int64_t>{5, 24}, {3, 600}, {70, 40}}) {
-            SCOPED_TRACE("n " + std::to_string(n) + " d " + std::to_string(d) + variant_label(set));
-            auto [streams, fn, base, scale] = random_mhc_inputs(rng, n, hc, d);
-            MhcParams p{hc, 20, 1e-6f, 1e-6f};
-            Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
-            Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
-            Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
-            cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
-            ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
-            EXPECT_TRUE(all_close(ca, cb, tol));
-            EXPECT_TRUE(all_close(pa, pb, tol));
-            EXPECT_TRUE(all_close(ma, mb, tol));
-            Tensor nw = random_f32({d}, rng), na = copy_of(ca), pn = copy_of(pa), mn = copy_of(ma);
-            cpu->hc_pre_norm(streams, fn, base, scale, p, nw, 1e-6f, na, pn, mn);
-            ref->rms_norm(cb, &nw, 1e-6f, cb);
-            EXPECT_TRUE(all_close(na, cb, tol)) << "hc_pre_norm";
-            EXPECT_TRUE(all_close(pn, pb, tol) && all_close(mn, mb, tol)) << "hc_pre_norm coefficients";
-            for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
-                for (int k = 0; k < hc; ++k) {
-                    float col = 0;
-                    for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
-                    EXPECT_NEAR(col, 1.0f, 1e-4f);
-                }
-            Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
-            cpu->hc_post(sa, y, pa, ma);
-            ref->hc_post(sb, y, pa, ma);
-            EXPECT_TRUE(all_close(sa, sb, tol));
-            // The stream update fused with the next site's collapse (the GPU's one pass for <= 64 tokens).
-            Tensor y2 = random_f32({n, d}, rng), s1 = copy_of(streams), s2 = copy_of(streams);
-            Tensor p1 = copy_of(pa), c1 = copy_of(ma), p2 = copy_of(pa), c2 = copy_of(ma);
-            Tensor x1 = Tensor::empty(DType::kF32, {n, d}), x2 = copy_of(x1), nw2 = random_f32({d}, rng);
-            cpu->hc_post_pre_norm(s1, y2, p1, c1, fn, base, scale, p, nw2, 1e-6f, x1);
-            ref->hc_post(s2, y2, p2, c2);
-            ref->hc_pre_norm(s2, fn, base, scale, p, nw2, 1e-6f, x2, p2, c2);
-            EXPECT_TRUE(all_close(s1, s2, tol)) << "hc_post_pre_norm streams";
-            EXPECT_TRUE(all_close(x1, x2, tol)) << "hc_post_pre_norm collapsed";
-            EXPECT_TRUE(all_close(p1, p2, tol) && all_close(c1, c2, tol)) << "hc_post_pre_norm coefficients";
-            Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng);
-            Tensor hscale = random_f32({1}, rng);
-            Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
-            cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
-            ref->hc_head(streams, hfn, hbase, hscale, p, hb);
-            EXPECT_TRUE(all_close(ha, hb, tol));
+    for (int hc : {4, 3}) {
+        for (const VariantSet& set : {VariantSet{}, VariantSet{{"hc_site", 0}}}) {
+            if (!apply_variants(*cpu, set)) continue;
+            for (auto [n, d] : {std::pair<int64_t, int64_t>{5, 24}, {3, 600}, {70, 40}}) {
+                SCOPED_TRACE("hc " + std::to_string(hc) + " n " + std::to_string(n) + " d " + std::to_string(d) +
+                             variant_label(set));
+                auto [streams, fn, base, scale] = random_mhc_inputs(rng, n, hc, d);
+                MhcParams p{hc, 20, 1e-6f, 1e-6f};
+                Tensor ca = Tensor::empty(DType::kF32, {n, d}), cb = copy_of(ca);
+                Tensor pa = Tensor::empty(DType::kF32, {n, hc}), pb = copy_of(pa);
+                Tensor ma = Tensor::empty(DType::kF32, {n, hc, hc}), mb = copy_of(ma);
+                cpu->hc_pre(streams, fn, base, scale, p, ca, pa, ma);
+                ref->hc_pre(streams, fn, base, scale, p, cb, pb, mb);
+                EXPECT_TRUE(all_close(ca, cb, tol));
+                EXPECT_TRUE(all_close(pa, pb, tol));
+                EXPECT_TRUE(all_close(ma, mb, tol));
+                Tensor nw = random_f32({d}, rng), na = copy_of(ca), pn = copy_of(pa), mn = copy_of(ma);
+                cpu->hc_pre_norm(streams, fn, base, scale, p, nw, 1e-6f, na, pn, mn);
+                ref->rms_norm(cb, &nw, 1e-6f, cb);
+                EXPECT_TRUE(all_close(na, cb, tol)) << "hc_pre_norm";
+                EXPECT_TRUE(all_close(pn, pb, tol) && all_close(mn, mb, tol)) << "hc_pre_norm coefficients";
+                for (int64_t i = 0; i < n; ++i)  // Sinkhorn output is (nearly) doubly stochastic
+                    for (int k = 0; k < hc; ++k) {
+                        float col = 0;
+                        for (int j = 0; j < hc; ++j) col += ma.data<float>()[(i * hc + j) * hc + k];
+                        EXPECT_NEAR(col, 1.0f, 1e-4f);
+                    }
+                Tensor y = random_f32({n, d}, rng), sa = copy_of(streams), sb = copy_of(streams);
+                cpu->hc_post(sa, y, pa, ma);
+                ref->hc_post(sb, y, pa, ma);
+                EXPECT_TRUE(all_close(sa, sb, tol));
+                // The stream update fused with the next site's collapse (the GPU's one pass for <= 64 tokens).
+                Tensor y2 = random_f32({n, d}, rng), s1 = copy_of(streams), s2 = copy_of(streams);
+                Tensor p1 = copy_of(pa), c1 = copy_of(ma), p2 = copy_of(pa), c2 = copy_of(ma);
+                Tensor x1 = Tensor::empty(DType::kF32, {n, d}), x2 = copy_of(x1), nw2 = random_f32({d}, rng);
+                cpu->hc_post_pre_norm(s1, y2, p1, c1, fn, base, scale, p, nw2, 1e-6f, x1);
+                ref->hc_post(s2, y2, p2, c2);
+                ref->hc_pre_norm(s2, fn, base, scale, p, nw2, 1e-6f, x2, p2, c2);
+                EXPECT_TRUE(all_close(s1, s2, tol)) << "hc_post_pre_norm streams";
+                EXPECT_TRUE(all_close(x1, x2, tol)) << "hc_post_pre_norm collapsed";
+                EXPECT_TRUE(all_close(p1, p2, tol) && all_close(c1, c2, tol)) << "hc_post_pre_norm coefficients";
+                Tensor hfn = random_f32({hc, hc * d}, rng, 0.1f), hbase = random_f32({hc}, rng);
+                Tensor hscale = random_f32({1}, rng);
+                Tensor ha = Tensor::empty(DType::kF32, {n, d}), hb = copy_of(ha);
+                cpu->hc_head(streams, hfn, hbase, hscale, p, ha);
+                ref->hc_head(streams, hfn, hbase, hscale, p, hb);
+                EXPECT_TRUE(all_close(ha, hb, tol));
+            }
         }
     }
 }
@@ -400,8 +416,9 @@ TEST_P(BackendOps, AttentionAllModes) {
 }
 
 TEST_P(BackendOps, CompressorsAndIndexer) {
-    int rate = 4, dim = 16;
-    for (bool overlap : {false, true}) {
+    int rate = 4;
+    // dim 520 with overlap: carry rows of 1,040 values, more than one chunk per thread on the GPU.
+    for (auto [dim, overlap] : {std::pair{16, false}, {16, true}, {520, true}}) {
         int c = overlap ? 2 : 1;
         Scenario sc = make_scenario(rng, dim, rate, 3);
         CompressorArgs a;

@@ -38,6 +38,11 @@ namespace deepinfer::kernels::cuda {
 
 inline int blocks_for(int64_t n, int threads) { return static_cast<int>((n + threads - 1) / threads); }
 
+// Strides of a row a thread holds in registers in the row kernels (norms, embedding, copies of
+// rows): their loads all go out before the first use, so a lone decode row waits about one
+// memory latency instead of one per stride.
+constexpr int kRowRegs = 16;
+
 // Programmatic dependent launch. Every kernel of this backend starts with pdl_prologue() and is
 // launched with launch_pdl(): the next kernel on the stream may then be scheduled as soon as all
 // blocks of this one have started, instead of after it drains, hiding the launch gap that

@@ -92,9 +92,22 @@ __global__ void carry_write_kernel(CompParams p, int num_seqs) {
     int c = p.overlap ? 2 : 1, slots = c * p.rate, t = row - s.token_begin;
     if (t < s.num_tokens - slots) return;
     float* slot = p.carry + (static_cast<long long>(s.state_idx) * slots + (s.start_pos + t) % slots) * 2 * c * p.dim;
-    for (int col = threadIdx.x; col < c * p.dim; col += blockDim.x) {
-        slot[col] = p.kv[static_cast<long long>(row) * c * p.dim + col];
-        slot[c * p.dim + col] = p.gate[static_cast<long long>(row) * c * p.dim + col];
+    const float* kv = p.kv + static_cast<long long>(row) * c * p.dim;
+    const float* gate = p.gate + static_cast<long long>(row) * c * p.dim;
+    constexpr int kHalf = kRowRegs / 2;  // strides of kv and of gate per chunk, loaded before stored
+    for (int base = 0; base < c * p.dim; base += kHalf * blockDim.x) {
+        float k[kHalf], g[kHalf];
+#pragma unroll
+        for (int i = 0; i < kHalf; ++i) {
+            int col = base + threadIdx.x + i * blockDim.x;
+            k[i] = col < c * p.dim ? kv[col] : 0.0f;
+            g[i] = col < c * p.dim ? gate[col] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kHalf; ++i) {
+            int col = base + threadIdx.x + i * blockDim.x;
+            if (col < c * p.dim) slot[col] = k[i], slot[c * p.dim + col] = g[i];
+        }
     }
 }
 

@@ -49,14 +49,51 @@ __global__ void embed_kernel(const int* ids, const void* table, bool bf16, int64
     pdl_prologue();
     int64_t row = blockIdx.x;
     int64_t id = ids[row];
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-        float v = bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(table)[id * d + c]) : static_cast<const float*>(table)[id * d + c];
-        for (int s = 0; s < hc; ++s) out[(row * hc + s) * d + c] = v;
+    // A chunk's loads all go out before its stores (out may alias the table as far as the
+    // compiler knows).
+    for (int64_t base = 0; base < d; base += kRowRegs * blockDim.x) {
+        float v[kRowRegs];
+#pragma unroll
+        for (int i = 0; i < kRowRegs; ++i) {
+            int64_t c = base + threadIdx.x + i * blockDim.x;
+            v[i] = c >= d ? 0.0f
+                 : bf16   ? __bfloat162float(static_cast<const __nv_bfloat16*>(table)[id * d + c])
+                          : static_cast<const float*>(table)[id * d + c];
+        }
+#pragma unroll
+        for (int i = 0; i < kRowRegs; ++i) {
+            int64_t c = base + threadIdx.x + i * blockDim.x;
+            if (c < d)
+                for (int s = 0; s < hc; ++s) out[(row * hc + s) * d + c] = v[i];
+        }
     }
 }
 
-// out = in / rms(in) (* w) for one row of `cols`, by the whole block (out may be in).
+// out = in / rms(in) (* w) for one row of `cols`, by the whole block (out may be in). Rows of up
+// to kRowRegs strides keep their values (and weights) in registers between the two passes, every
+// load issued before the first use, so a lone decode row waits one memory latency, not one per
+// stride; the sum of squares adds in the same order as the strided loop below.
 __device__ void rms_norm_row(const float* in, const float* w, float eps, int64_t cols, float* out) {
+    if (cols <= kRowRegs * static_cast<int64_t>(blockDim.x)) {
+        float v[kRowRegs], wv[kRowRegs];
+#pragma unroll
+        for (int i = 0; i < kRowRegs; ++i) {
+            int64_t c = threadIdx.x + i * static_cast<int64_t>(blockDim.x);
+            v[i] = c < cols ? in[c] : 0.0f;
+            wv[i] = c < cols && w ? w[c] : 1.0f;
+        }
+        float ss = 0;
+#pragma unroll
+        for (int i = 0; i < kRowRegs; ++i) ss += v[i] * v[i];
+        ss = block_sum(ss);
+        float inv = rsqrtf(ss / cols + eps);
+#pragma unroll
+        for (int i = 0; i < kRowRegs; ++i) {
+            int64_t c = threadIdx.x + i * static_cast<int64_t>(blockDim.x);
+            if (c < cols) out[c] = w ? wv[i] * (v[i] * inv) : v[i] * inv;
+        }
+        return;
+    }
     float ss = 0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += in[c] * in[c];
     ss = block_sum(ss);
@@ -424,14 +461,24 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     if (name == "gemv_one_row_warp_rows" && two_or_four) v.gemv_warp_rows = value;
     else if (name == "gemv_one_row_warp_unroll" && four_or_eight) v.gemv_warp_unroll = value;
     else if (name == "gemv_one_row_block_rows" && two_or_four) v.gemv_block_rows = value;
+    else if (name == "gemv_prefetch_mib" && value >= 0 && value <= 48) v.gemv_prefetch_mib = value;
     else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
     else if (name == "hc_site" && flag) v.hc_site = value == 1;
     else if (name == "moe_up_unroll" && four_or_eight) v.moe_up_unroll = value;
     else if (name == "moe_down_unroll" && four_or_eight) v.moe_down_unroll = value;
+    else if (name == "graph_first_segment_ops" && value >= 1 && value <= 1000) v.graph_first_segment_ops = value;
+    else if (name == "graph_segment_ops" && value >= 1 && value <= 1000) v.graph_segment_ops = value;
     else return false;
+    graphs_->set_segment_ops(v.graph_first_segment_ops, v.graph_segment_ops);
     gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
     return true;
+}
+
+void CudaBackend::reset_variants() {
+    variants_ = KernelVariants{};
+    graphs_->set_segment_ops(variants_.graph_first_segment_ops, variants_.graph_segment_ops);
+    gemv_blocks_per_sm_[0] = 0;
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {

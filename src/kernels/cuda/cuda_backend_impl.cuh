@@ -142,6 +142,7 @@ public:
     void set_graphs(bool on) override { graphs_->set_enabled(on); }
     // See KernelVariants.
     bool set_variant(const std::string& name, int value) override;
+    void reset_variants() override;
     std::string profile_report() override;
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
@@ -218,13 +219,17 @@ private:
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
     // small steps on the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
     // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
-    // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight).
+    // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
+    // graph_first_segment_ops / graph_segment_ops 1..1000 (outer ops in a step's first captured
+    // graph segment; each later one doubles, up to graph_segment_ops); gemv_prefetch_mib 0..48 (weights a GEMV prefetches into
+    // L2 before its PDL wait; 16 MiB, a third of the H200's L2, are not evicted before use).
     struct KernelVariants {
-        int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4;
+        int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 16;
         bool attention_decode = true;
         int attention_decode_splits = 16;
         bool hc_site = true;
         int moe_up_unroll = 4, moe_down_unroll = 4;
+        int graph_first_segment_ops = 24, graph_segment_ops = 24;
     } variants_;
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches

@@ -142,17 +142,15 @@ constexpr Kernel kBlockTasks[] = {gemv_block_kernel<2, 4>, gemv_block_kernel<3, 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Tasks of `rows` weight rows over the products (and each part's first task).
-int assign_tasks(GemvArgs& a, int rows) {
+// Tasks of `rows` weight rows over the products (and each part's first task); the first tasks'
+// rows, up to prefetch_bytes, are prefetched into L2 before the PDL wait.
+int assign_tasks(GemvArgs& a, int rows, int64_t prefetch_bytes) {
     a.tasks = 0;
     for (int i = 0; i < a.num_parts; ++i) {
         a.parts[i].first_task = a.tasks;
         a.tasks += blocks_for(a.parts[i].rows, rows);
     }
-    // Prefetched weights stay within a third of the H200's 50 MB L2, so they are not evicted
-    // before their task reads them.
-    constexpr int64_t kPrefetchBytes = 16 << 20;
-    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, kPrefetchBytes / (rows * a.k * 2)));
+    a.prefetch_tasks = static_cast<int>(std::min<int64_t>(a.tasks, prefetch_bytes / (rows * a.k * 2)));
     return a.tasks;
 }
 
@@ -176,12 +174,13 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
     int& resident = gemv_blocks_per_sm_[m - 1];  // blocks of the warp kernel that fit on an SM at once
     if (resident == 0) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, warp_kernel, kThreads, 0));
     int wave = sm_count_ * std::max(resident, 1);  // blocks in one wave
-    if (assign_tasks(a, 4) < wave * kWarps) {
-        if (m == 1 && v.gemv_block_rows != 4) assign_tasks(a, v.gemv_block_rows);
+    int64_t prefetch = int64_t{v.gemv_prefetch_mib} << 20;
+    if (assign_tasks(a, 4, prefetch) < wave * kWarps) {
+        if (m == 1 && v.gemv_block_rows != 4) assign_tasks(a, v.gemv_block_rows, prefetch);
         launch_pdl(m == 1 ? kOneRowBlock[v.gemv_block_rows == 4] : kBlockTasks[m - 2], a.tasks, kThreads, 0, stream_, a);
         return true;
     }
-    if (m == 1) assign_tasks(a, v.gemv_warp_rows);
+    if (m == 1) assign_tasks(a, v.gemv_warp_rows, prefetch);
     launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
     return true;
 }

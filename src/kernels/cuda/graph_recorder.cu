@@ -1,6 +1,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/graph_recorder.cuh"
 
+#include <algorithm>
+
 namespace deepinfer::kernels::cuda {
 
 GraphRecorder::~GraphRecorder() {
@@ -13,6 +15,7 @@ void GraphRecorder::begin_step(uint64_t shape) {
     if (!enabled_) return;
     in_step_ = true;
     segment_ = 0;
+    segment_ops_ = std::min(first_ops_, most_ops_);
     shape_ = shape;
 }
 
@@ -43,7 +46,7 @@ void GraphRecorder::op_end(bool failed) {
         end_step(false);
         return;
     }
-    if (capturing_ && ++ops_ >= kOpsPerSegment) flush();
+    if (capturing_ && ++ops_ >= segment_ops_) flush();
 }
 
 void GraphRecorder::flush() {
@@ -67,6 +70,7 @@ void GraphRecorder::flush() {
     }
     cudaGraphDestroy(graph);
     ++segment_;
+    segment_ops_ = std::min(2 * segment_ops_, most_ops_);
     DI_CUDA_CHECK(err);
 }
 

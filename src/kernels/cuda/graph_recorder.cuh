@@ -4,7 +4,7 @@
 // A batch-1 decode step is a few hundred small kernels; launched one by one, each pays the
 // launch path and the gap before the next. Inside a step the recorder captures the stream's work
 // (kernels, small copies, cuBLAS calls) into a graph and launches it after every
-// kOpsPerSegment outer ops, so the host captures segment s+1 while the GPU runs segment s. The
+// a number of outer ops (set_segment_ops), so the host captures segment s+1 while the GPU runs segment s. The
 // executable graph of segment s is kept and updated in place next step (same kernels, new
 // arguments), which is far cheaper than instantiating it. Executables are kept per (segment,
 // step shape): the caller names the shape (steps with equal token counts run the same library
@@ -35,6 +35,10 @@ public:
 
     // Master switch (on by default); off makes begin_step() a no-op.
     void set_enabled(bool on) { enabled_ = on; }
+    // Outer ops in a step's first segment (>= 1); each later segment takes twice the ops of the
+    // one before, up to `most`. A short first segment starts the GPU sooner; growing ones stay
+    // ahead of it while the host captures the next.
+    void set_segment_ops(int first, int most) { first_ops_ = first, most_ops_ = most; }
     bool enabled() const { return enabled_; }
     // Ops between begin_step() and end_step() are captured. end_step(false) drops what was
     // captured of the open segment (an op threw half-way: its launches must not run).
@@ -54,7 +58,6 @@ public:
     Counts counts() const { return counts_; }
 
 private:
-    static constexpr int kOpsPerSegment = 24;
     static constexpr size_t kVariantsPerSegment = 4;
     static constexpr size_t kMaxKeys = 512;  // (segment, shape) pairs kept; least recently used go
     struct Variants {
@@ -67,6 +70,7 @@ private:
     cudaStream_t stream_;
     bool enabled_ = true, in_step_ = false, capturing_ = false;
     int depth_ = 0, ops_ = 0;
+    int first_ops_ = 24, most_ops_ = 24, segment_ops_ = 24;  // the open segment's limit
     size_t segment_ = 0;
     uint64_t shape_ = 0, uses_ = 0;
     std::map<std::pair<size_t, uint64_t>, Variants> execs_;  // by (segment index, step shape)

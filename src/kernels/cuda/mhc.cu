@@ -26,12 +26,28 @@ namespace {
 constexpr int kMaxHc = 8;
 
 // out[e] = Σ_j w[j] * x[j, e] over the hc streams of one token, the block's threads striding e.
+// A chunk's loads (every stream's) all go out before its stores, which the compiler must
+// otherwise keep in order (out may alias x as far as it knows): a lone decode token waits one
+// memory latency per chunk, not per stride.
 __device__ void weighted_stream_sum(const float* x, const float* w, int hc, int64_t d, float* out) {
-#pragma unroll 4
-    for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
-        float acc = 0;
-        for (int j = 0; j < hc; ++j) acc += w[j] * x[j * d + e];
-        out[e] = acc;
+    constexpr int U = 8;  // strides per chunk
+    for (int64_t base = threadIdx.x; base < d; base += U * blockDim.x) {
+        float v[kMaxHc][U];
+#pragma unroll
+        for (int j = 0; j < kMaxHc; ++j)
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                int64_t e = base + i * blockDim.x;
+                v[j][i] = j < hc && e < d ? x[j * d + e] : 0.0f;
+            }
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            float acc = 0;
+#pragma unroll
+            for (int j = 0; j < kMaxHc; ++j)
+                if (j < hc) acc += w[j] * v[j][i];
+            if (base + i * blockDim.x < d) out[base + i * blockDim.x] = acc;
+        }
     }
 }
 
@@ -110,33 +126,73 @@ __device__ __forceinline__ void hc_dots(const float* streams, const float* fn, i
 // Whether this block is the last of the grid's row (blockIdx.y) to get here (see last_to_arrive).
 __device__ bool last_split_to_arrive(int* arrivals) { return last_to_arrive(arrivals + blockIdx.y, gridDim.x); }
 
-// post and comb of one token from its mixes `m`, on one warp: lane (j, k) = (lane / hc, lane % hc)
-// owns comb[j][k]; row softmax, then Sinkhorn normalisation (columns, then rows and columns
-// alternating). Divisions are fast reciprocals (2 ulp): the loop is latency-bound.
+// Sinkhorn of hc = 4 with the whole matrix in each lane's registers: no shuffles on the serial
+// chain of iterations, the four rows (columns) normalised side by side. Sums add as the general
+// path's butterflies do, (a + b) + (c + d), so the result is the same to the bit.
+__device__ void sinkhorn4_registers(const float* m, const float* base, const float* scale, int iters, float hc_eps,
+                                    float* comb) {
+    constexpr int hc = 4;
+    float c[hc][hc];
+#pragma unroll
+    for (int j = 0; j < hc; ++j) {
+        float l[hc], mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < hc; ++k) {
+            l[k] = m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+            mx = fmaxf(mx, l[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < hc; ++k) c[j][k] = expf(l[k] - mx);
+        float sum = (c[j][0] + c[j][1]) + (c[j][2] + c[j][3]);
+#pragma unroll
+        for (int k = 0; k < hc; ++k) c[j][k] = __fdividef(c[j][k], sum) + hc_eps;
+    }
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0)
+#pragma unroll
+            for (int j = 0; j < hc; ++j) {
+                float sum = (c[j][0] + c[j][1]) + (c[j][2] + c[j][3]) + hc_eps;
+#pragma unroll
+                for (int k = 0; k < hc; ++k) c[j][k] = __fdividef(c[j][k], sum);
+            }
+#pragma unroll
+        for (int k = 0; k < hc; ++k) {
+            float sum = (c[0][k] + c[1][k]) + (c[2][k] + c[3][k]) + hc_eps;
+#pragma unroll
+            for (int j = 0; j < hc; ++j) c[j][k] = __fdividef(c[j][k], sum);
+        }
+    }
+    int lane = threadIdx.x % 32;
+    if (lane >= hc * hc) return;
+    float mine = 0;
+#pragma unroll
+    for (int e = 0; e < hc * hc; ++e)
+        if (e == lane) mine = c[e / hc][e % hc];
+    comb[lane] = mine;
+}
+
+// post and comb of one token from its mixes `m`, on one warp (hc = 4: sinkhorn4_registers; other
+// sizes: lane (j, k) = (lane / hc, lane % hc) owns comb[j][k]); row softmax, then Sinkhorn
+// normalisation (columns, then rows and columns alternating). Divisions are fast reciprocals
+// (2 ulp): the loop is latency-bound.
 __device__ void sinkhorn_warp(const float* m, const float* base, const float* scale, int hc, int iters, float hc_eps,
                               float* post, float* comb) {
     int lane = threadIdx.x;
     if (lane < hc) post[lane] = 2.0f * sigmoidf(m[hc + lane] * scale[1] + base[hc + lane]);
+    if (hc == 4) {
+        sinkhorn4_registers(m, base, scale, iters, hc_eps, comb);
+        return;
+    }
     bool owner = lane < hc * hc;  // the other lanes follow element 0 and write nothing
     int e = owner ? lane : 0, j = e / hc, k = e % hc;
     auto logit = [&](int jj, int kk) { return m[2 * hc + jj * hc + kk] * scale[2] + base[2 * hc + jj * hc + kk]; };
-    // Sums over the row's / column's lanes. For hc = 4 (lane = 4j + k) two butterfly steps each,
-    // (a+b)+(c+d); otherwise in index order, as a serial loop adds them.
-    bool four = hc == 4;
+    // Sums over the row's / column's lanes in index order, as a serial loop adds them.
     auto row_sum = [&](float v) {
-        if (four) {
-            v += __shfl_xor_sync(0xffffffffu, v, 1);
-            return v + __shfl_xor_sync(0xffffffffu, v, 2);
-        }
         float s = 0;
         for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(0xffffffffu, v, j * hc + kk);
         return s;
     };
     auto column_sum = [&](float v) {
-        if (four) {
-            v += __shfl_xor_sync(0xffffffffu, v, 4);
-            return v + __shfl_xor_sync(0xffffffffu, v, 8);
-        }
         float s = 0;
         for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(0xffffffffu, v, jj * hc + k);
         return s;
