@@ -465,8 +465,10 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
     else if (name == "hc_site" && flag) v.hc_site = value == 1;
+    else if (name == "hc_site_tagged" && flag) v.hc_site_tagged = value == 1;
     else if (name == "moe_up_unroll" && four_or_eight) v.moe_up_unroll = value;
     else if (name == "moe_down_unroll" && four_or_eight) v.moe_down_unroll = value;
+    else if (name == "moe_shared_prefetch" && flag) v.moe_shared_prefetch = value == 1;
     else if (name == "graph_first_segment_ops" && value >= 1 && value <= 1000) v.graph_first_segment_ops = value;
     else if (name == "graph_segment_ops" && value >= 1 && value <= 1000) v.graph_segment_ops = value;
     else return false;

@@ -219,22 +219,29 @@ private:
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
     // small steps on the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
     // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
+    // hc_site_tagged 0|1 (the site's blocks exchange sums as tagged words, 0: behind a barrier);
     // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
+    // moe_shared_prefetch 0|1 (those kernels start the shared expert's rows into L2 before the
+    // PDL wait; measured slower: 2.02 vs 1.97-2.00 ms, flash-dims batch 1);
     // graph_first_segment_ops / graph_segment_ops 1..1000 (outer ops in a step's first captured
     // graph segment; each later one doubles, up to graph_segment_ops); gemv_prefetch_mib 0..48 (weights a GEMV prefetches into
-    // L2 before its PDL wait; 16 MiB, a third of the H200's L2, are not evicted before use).
+    // L2 before its PDL wait: the batch-1 step of flash-dims ran 2.13 ms eager with 16 MiB, 2.09
+    // with none; docs/benchmarks.md).
     struct KernelVariants {
-        int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 16;
+        int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
         bool attention_decode = true;
         int attention_decode_splits = 16;
-        bool hc_site = true;
-        int moe_up_unroll = 4, moe_down_unroll = 4;
-        int graph_first_segment_ops = 24, graph_segment_ops = 24;
+        bool hc_site = true, hc_site_tagged = true;
+        int moe_up_unroll = 8, moe_down_unroll = 8;
+        bool moe_shared_prefetch = false;
+        int graph_first_segment_ops = 4, graph_segment_ops = 48;
     } variants_;
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
     Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
     int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
+    Tensor hc_site_words_;      // the mHC sites' tagged partial sums (mhc.cu), allocated at first use
+    unsigned hc_site_tag_ = 0;  // the last site launch's tag
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;
     struct ExpertRowTable {

@@ -70,7 +70,7 @@ private:
     cudaStream_t stream_;
     bool enabled_ = true, in_step_ = false, capturing_ = false;
     int depth_ = 0, ops_ = 0;
-    int first_ops_ = 24, most_ops_ = 24, segment_ops_ = 24;  // the open segment's limit
+    int first_ops_ = 4, most_ops_ = 48, segment_ops_ = 4;  // the open segment's limit
     size_t segment_ = 0;
     uint64_t shape_ = 0, uses_ = 0;
     std::map<std::pair<size_t, uint64_t>, Variants> execs_;  // by (segment index, step shape)

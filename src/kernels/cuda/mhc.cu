@@ -334,12 +334,13 @@ __global__ void __launch_bounds__(kDotsThreads) hc_post_dots_pre_kernel(HcPreArg
 // One mHC site in one launch with every phase spread over the token's split blocks (hc = 4):
 // block (split, token) owns kDotsThreads columns e of all four streams. Phase 1: the previous
 // site's stream update there (y non-null; post/comb are the old site's), then partial sums of
-// the 24 mix products and of the 10 stream Gram entries Σ_e x_j[e] x_k[e]. A barrier over the
-// token's blocks (all of them resident: the caller checks the grid fits the GPU at once).
-// Phase 2: every block adds the partials, computes pre, collapses its own columns from the
-// values still in registers and normalises them: Σ_e collapsed[e]² = preᵀ G pre comes from the
-// Gram sums, so no second pass over the row. Block 0's first warp runs the Sinkhorn (post/comb:
-// every block has read the old ones before the barrier).
+// the 24 mix products and of the 10 stream Gram entries Σ_e x_j[e] x_k[e]. Every block waits for
+// all the token's blocks' sums (all of them resident: the caller checks the grid fits the GPU at
+// once), as tagged words or behind a barrier. Phase 2: every block adds the partials, computes
+// pre, collapses its own columns from the values still in registers and normalises them:
+// Σ_e collapsed[e]² = preᵀ G pre comes from the Gram sums, so no second pass over the row. Block
+// 0's first warp runs the Sinkhorn (post/comb: every block has read the old ones before its sums
+// went out).
 constexpr int kGram = 10;  // (j, k), j <= k < 4
 constexpr int kSiteParts = 24 + kGram;
 
@@ -369,8 +370,54 @@ __device__ void row_barrier(int* arrive, unsigned* generation, unsigned seen) {
     __threadfence();
 }
 
+// Tagged exchange of the split blocks' partial sums: each value goes out as one 64-bit word, the
+// float's bits low and the launch's tag high, so a reader knows a word is this launch's from the
+// word itself. The blocks then need no barrier (fence, atomic arrival, a poll of the generation,
+// then the loads of the sums): they poll the sums. Words of the buffer only ever hold tagged
+// values; the tag is unique per launch until it wraps, when the buffer is cleared.
+__device__ __forceinline__ void store_tagged(unsigned long long* p, float v, unsigned tag) {
+    unsigned long long w = static_cast<unsigned long long>(tag) << 32 | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+// all[i] = the value of words[i], i < count <= kMaxSiteSplits * kSiteParts, once it carries `tag`:
+// every pending word of the thread is loaded in one round, then the round repeats for the late.
+__device__ void gather_tagged(const unsigned long long* words, unsigned count, unsigned tag, float* all) {
+    constexpr int kPerThread = (kMaxSiteSplits * kSiteParts + kDotsThreads - 1) / kDotsThreads;
+    static_assert(kPerThread <= 32, "pending words are a 32-bit mask");
+    unsigned pending = 0;
+    for (int i = 0; i < kPerThread; ++i)
+        if (threadIdx.x + i * kDotsThreads < count) pending |= 1u << i;
+    unsigned long long w[kPerThread];
+    while (pending != 0) {
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i)
+            if (pending >> i & 1u)
+                asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
+                             : "=l"(w[i])
+                             : "l"(words + threadIdx.x + i * kDotsThreads)
+                             : "memory");
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i)
+            if ((pending >> i & 1u) && static_cast<unsigned>(w[i] >> 32) == tag) {
+                all[threadIdx.x + i * kDotsThreads] = __uint_as_float(static_cast<unsigned>(w[i]));
+                pending &= ~(1u << i);
+            }
+    }
+}
+
+// Where a site's blocks put their partial sums: tagged words (Tagged kernels) or plain floats
+// behind a barrier over the token's blocks (arrival counters, then generations, per token).
+struct SiteExchange {
+    unsigned long long* tagged;  // [kMaxHcSplitTokens, kMaxSiteSplits, kSiteParts]
+    unsigned tag;
+    float* parts;  // [n, splits, kSiteParts]
+    int* counters;
+};
+
+template <bool Tagged>
 __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, float* streams, const float* y, const float* fn,
-                                                               float* parts, int* counters) {
+                                                               SiteExchange ex) {
     constexpr int hc = 4, W = 24;
     int64_t n = blockIdx.y, d = a.d, e = blockIdx.x * int64_t{kDotsThreads} + threadIdx.x;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -380,8 +427,8 @@ __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, floa
     for (int w = 0; w < W; ++w)
         for (int k = 0; k < hc; ++k) f[w][k] = e < d ? fn[w * hc * d + k * d + e] : 0.0f;
     pdl_wait();
-    unsigned* generation = reinterpret_cast<unsigned*>(counters + CudaBackend::kMaxHcSplitTokens + n);
-    unsigned seen = threadIdx.x == 0 ? *reinterpret_cast<volatile unsigned*>(generation) : 0;
+    unsigned* generation = reinterpret_cast<unsigned*>(ex.counters + CudaBackend::kMaxHcSplitTokens + n);
+    unsigned seen = !Tagged && threadIdx.x == 0 ? *reinterpret_cast<volatile unsigned*>(generation) : 0;
     float xs[hc] = {}, dots[W] = {}, gram[kGram] = {};
     if (e < d) {
         float* x = streams + n * hc * d;
@@ -401,18 +448,22 @@ __global__ void __launch_bounds__(kDotsThreads) hc_site_kernel(HcPreArgs a, floa
     if (lane < W) red[warp][lane] = td;
     if (lane < kGram) red[warp][W + lane] = tg;
     __syncthreads();
-    float* mine = parts + (n * gridDim.x + blockIdx.x) * kSiteParts;
+    int64_t mine = (n * gridDim.x + blockIdx.x) * kSiteParts, row = n * gridDim.x * kSiteParts;
     if (threadIdx.x < kSiteParts) {
         float v = 0;
         for (int i = 0; i < kDotsThreads / 32; ++i) v += red[i][threadIdx.x];
-        mine[threadIdx.x] = v;
+        if (Tagged) store_tagged(ex.tagged + mine + threadIdx.x, v, ex.tag);
+        else ex.parts[mine + threadIdx.x] = v;
     }
-    row_barrier(counters + n, generation, seen);
-
-    // Every split's sums in one round of loads, then added in split order.
+    // Every split's sums, then added in split order. (Block 0 writes the new post / comb below:
+    // every block has read the old ones before its sums went out.)
     __shared__ float all[kMaxSiteSplits * kSiteParts];
-    const float* row_parts = parts + n * gridDim.x * kSiteParts;
-    for (unsigned i = threadIdx.x; i < gridDim.x * kSiteParts; i += blockDim.x) all[i] = __ldcg(row_parts + i);
+    if (Tagged) {
+        gather_tagged(ex.tagged + row, gridDim.x * kSiteParts, ex.tag, all);
+    } else {
+        row_barrier(ex.counters + n, generation, seen);
+        for (unsigned i = threadIdx.x; i < gridDim.x * kSiteParts; i += blockDim.x) all[i] = __ldcg(ex.parts + row + i);
+    }
     __syncthreads();
     __shared__ float total[kSiteParts];
     if (threadIdx.x < kSiteParts) {
@@ -522,14 +573,26 @@ void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& 
 bool CudaBackend::launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn) {
     if (!variants_.hc_site) return false;
     int splits = blocks_for(a.d, kDotsThreads);
-    if (hc_site_resident_ == 0)
-        DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel, kDotsThreads, 0));
+    if (hc_site_resident_ == 0)  // the two exchanges' kernels hold the same resources
+        DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hc_site_resident_, hc_site_kernel<true>, kDotsThreads, 0));
     if (n > kMaxHcSplitTokens || splits > kMaxSiteSplits ||
         static_cast<int64_t>(splits) * n > static_cast<int64_t>(hc_site_resident_) * sm_count_)
         return false;
-    Tensor parts = empty(DType::kF32, {n, splits, kSiteParts});
-    launch_pdl(hc_site_kernel, dim3(splits, n), kDotsThreads, 0, stream(), a, streams, y, fn, parts.data<float>(),
-               hc_arrivals_.data<int>());
+    SiteExchange ex{nullptr, 0, nullptr, hc_arrivals_.data<int>()};
+    Tensor parts;
+    if (variants_.hc_site_tagged) {
+        if (!hc_site_words_.defined() || ++hc_site_tag_ == 0) {  // first use, or the tag wrapped
+            hc_site_words_ = zeros(DType::kI64, {kMaxHcSplitTokens, kMaxSiteSplits, kSiteParts});
+            hc_site_tag_ = 1;
+        }
+        ex.tagged = static_cast<unsigned long long*>(hc_site_words_.raw());
+        ex.tag = hc_site_tag_;
+    } else {
+        parts = empty(DType::kF32, {n, splits, kSiteParts});
+        ex.parts = parts.data<float>();
+    }
+    auto kernel = variants_.hc_site_tagged ? hc_site_kernel<true> : hc_site_kernel<false>;
+    launch_pdl(kernel, dim3(splits, n), kDotsThreads, 0, stream(), a, streams, y, fn, ex);
     return true;
 }
 

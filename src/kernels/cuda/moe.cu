@@ -76,16 +76,17 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
 
 // h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot).
 // With a shared expert (shared.w1 non-null) every token has one more slot, after its routed ones,
-// whose rows are known before the routing: its blocks start them loading into L2 before the PDL
-// wait. Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
+// whose rows are known before the routing: with `prefetch` its blocks start them loading into L2
+// before the PDL wait (KernelVariants::moe_shared_prefetch, off: measured slower in the step).
+// Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
 template <bool Shared, int Unroll>
 __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, ExpertRows shared, int top_k, int d,
-                              int inter, float limit, float* h) {
+                              int inter, float limit, bool prefetch, float* h) {
     pdl_launch_dependents();
     int pair = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     int slots = top_k + Shared, token = pair / slots, slot = pair % slots;
     int first_row = blockIdx.y * warps + threadIdx.x / 32;
-    if (Shared && slot == top_k && first_row < inter && lane < 2)
+    if (Shared && prefetch && slot == top_k && first_row < inter && lane < 2)
         prefetch_l2((lane == 0 ? shared.w1 : shared.w3) + static_cast<long long>(first_row) * d, d * 2);
     pdl_wait();
     const float* xt = x + static_cast<long long>(token) * d;
@@ -114,11 +115,11 @@ constexpr int kMaxDownSlots = 17;  // top_k <= 16 plus the shared expert
 
 template <bool Shared, int Unroll>
 __global__ void moe_down_kernel(const float* h, const int* ids, const float* weights, const ExpertRows* ex,
-                                ExpertRows shared, int top_k, int d, int inter, bool accumulate, float* out) {
+                                ExpertRows shared, int top_k, int d, int inter, bool accumulate, bool prefetch, float* out) {
     pdl_launch_dependents();
     int token = blockIdx.x, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     int slots = top_k + Shared, first_row = blockIdx.y * warps + threadIdx.x / 32;
-    if (Shared && first_row < d && lane == 0)
+    if (Shared && prefetch && first_row < d && lane == 0)
         prefetch_l2(shared.w2 + static_cast<long long>(first_row) * inter, inter * 2);
     pdl_wait();
     for (int r = first_row; r < d; r += gridDim.y * warps) {
@@ -271,11 +272,11 @@ void CudaBackend::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor&
                                         {moe_down_kernel<true, 4>, moe_down_kernel<true, 8>}};
     launch_pdl(kUp[with_shared][variants_.moe_up_unroll == 8], up, 32 * kWarpsPerBlock, 0, stream(),
                x.data<float>(), ids.data<int>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter, limit,
-               h.data<float>());
+               variants_.moe_shared_prefetch, h.data<float>());
     dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock));
     launch_pdl(kDown[with_shared][variants_.moe_down_unroll == 8], down, 32 * kWarpsPerBlock, 0, stream(),
                h.data<float>(), ids.data<int>(), weights.data<float>(), rows, shared, static_cast<int>(top_k),
-               static_cast<int>(d), inter, !with_shared, out.data<float>());
+               static_cast<int>(d), inter, !with_shared, variants_.moe_shared_prefetch, out.data<float>());
 }
 
 void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
