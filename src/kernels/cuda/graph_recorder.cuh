@@ -3,16 +3,19 @@
 //
 // A batch-1 decode step is a few hundred small kernels; launched one by one, each pays the
 // launch path and the gap before the next. Inside a step the recorder captures the stream's work
-// (kernels, small copies, cuBLAS calls) into a graph and launches it after every
-// a number of outer ops (set_segment_ops), so the host captures segment s+1 while the GPU runs segment s. The
-// executable graph of segment s is kept and updated in place next step (same kernels, new
-// arguments), which is far cheaper than instantiating it. Executables are kept per (segment,
-// step shape): the caller names the shape (steps with equal token counts run the same library
-// kernels, as cuBLAS picks its kernel from the GEMM sizes). Updating one shape's executable with
-// another's segment was accepted by CUDA yet gave wrong logits on the H200 (16-token chunk steps
-// replayed through executables recorded for 1-, 7- and 64-token steps; the cause was not pinned
-// down, possibly a cuBLAS kernel's launch attribute that the update does not carry). Within a shape a few variants cover segments whose own kernels
-// differ (a compressor emitting an entry).
+// (kernels, small copies, cuBLAS calls) into graph segments and launches each once it holds
+// enough outer ops, so the host captures segment s+1 while the GPU runs segment s. The first
+// segment is short (4 ops) so the GPU starts early, and each later one doubles, up to 48 (the
+// batch-1 step of the flash-dims checkpoint: 2.22 ms with segments of 24, 2.13 ms so;
+// docs/benchmarks.md). The executable graph of segment s is kept and updated in place next step
+// (same kernels, new arguments), which is far cheaper than instantiating it. Executables are
+// kept per (segment, step shape): the caller names the shape (steps with equal token counts run
+// the same library kernels, as cuBLAS picks its kernel from the GEMM sizes). Updating one shape's
+// executable with another's segment was accepted by CUDA yet gave wrong logits on the H200
+// (16-token chunk steps replayed through executables recorded for 1-, 7- and 64-token steps; the
+// cause was not pinned down, possibly a cuBLAS kernel's launch attribute that the update does not
+// carry). Within a shape a few variants cover segments whose own kernels differ (a compressor
+// emitting an entry).
 //
 // Anything that needs the stream's results on the host (downloads, host-routed MoE) must call
 // flush() first; the ops after it start a new segment.
