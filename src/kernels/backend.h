@@ -232,6 +232,9 @@ public:
     virtual void add(const Tensor& x, Tensor& y) = 0;
     // dst = src, byte for byte (same size; any dtype).
     virtual void copy(const Tensor& src, Tensor& dst) = 0;
+    // ids[r] (int32) = the index of row r's largest logit, ties to the lower index: greedy
+    // sampling where the logits are, so a greedy step brings back an id per row, not the rows.
+    virtual void argmax_rows(const Tensor& logits, Tensor& ids) = 0;
     // out[M, I] = silu(min(gate, limit)) * clamp(up, -limit, limit).
     virtual void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) = 0;
 

@@ -79,7 +79,7 @@ private:
     void take_inbox(bool block);
     void start_request(std::unique_ptr<RequestState> rs);
     void launch(const StepPlan& plan);
-    void commit(const StepPlan& plan, const std::vector<float>& logits);
+    void commit(const StepPlan& plan, const StepOutput& step);
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);

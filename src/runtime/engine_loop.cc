@@ -13,6 +13,15 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
     return std::chrono::duration<double>(b - a).count();
 }
 
+// Greedy with nothing that changes the logits first and no logprobs: the token is the row's
+// argmax, which the backend computes where the logits are (the same id the host sampler picks,
+// ties to the lower id), so such rows need not come back to the host.
+bool argmax_on_device(const SamplingParams& p) {
+    bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+    return greedy && p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+           p.frequency_penalty == 0.0f && p.logprobs < 0;
+}
+
 }  // namespace
 
 void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
@@ -57,21 +66,25 @@ void EngineImpl::take_inbox(bool block) {
 
 void EngineImpl::launch(const StepPlan& plan) {
     model::Batch batch;
+    bool want_logits = false, want_argmax = false;
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
         int32_t begin = static_cast<int32_t>(batch.token_ids.size());
         batch.append(s->tokens, c.start, static_cast<int32_t>(c.count), s->cache_state, s->window_from);
         batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
-        if (c.samples) batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
+        if (c.samples) {
+            batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
+            (argmax_on_device(s->request->request.sampling) ? want_argmax : want_logits) = true;
+        }
         s->inflight = c.count;
         s->awaiting_sample = c.samples;
     }
     cache_->describe(batch);  // the step must not read tables the planner is appending to
-    executor_->launch(std::move(batch));
+    executor_->launch(std::move(batch), want_logits, want_argmax);
 }
 
-void EngineImpl::commit(const StepPlan& plan, const std::vector<float>& logits) {
+void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
     int64_t vocab = model_->vocab_size();
     int row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
@@ -80,13 +93,19 @@ void EngineImpl::commit(const StepPlan& plan, const std::vector<float>& logits) 
         s->inflight = 0;
         s->awaiting_sample = false;
         if (!c.samples) continue;
-        std::span<const float> l(logits.data() + static_cast<size_t>(row++) * vocab, vocab);
+        size_t r = static_cast<size_t>(row++);
         RequestState* rs = s->request;
         if (s->finished() || rs->cancelled) continue;
         const SamplingParams& p = rs->request.sampling;
-        std::span<const int32_t> prompt(s->tokens.data(), s->prompt_len);
-        std::span<const int32_t> output(s->tokens.data() + s->prompt_len, s->tokens.size() - s->prompt_len);
-        SampleOutput out = sample_token({l, &p, s->seed, static_cast<int64_t>(s->tokens.size()), prompt, output});
+        SampleOutput out;
+        if (argmax_on_device(p)) {
+            out.token = step.argmax.at(r);
+        } else {
+            std::span<const float> l(step.logits.data() + r * vocab, vocab);
+            std::span<const int32_t> prompt(s->tokens.data(), s->prompt_len);
+            std::span<const int32_t> output(s->tokens.data() + s->prompt_len, s->tokens.size() - s->prompt_len);
+            out = sample_token({l, &p, s->seed, static_cast<int64_t>(s->tokens.size()), prompt, output});
+        }
         s->tokens.push_back(out.token);
         ++rs->completion_tokens;
         if (rs->ttft_s < 0) rs->ttft_s = seconds_between(rs->arrival, std::chrono::steady_clock::now());
@@ -190,8 +209,7 @@ void EngineImpl::loop() {
         std::optional<StepPlan> next;
         if (config_.scheduler.async_scheduling) next = scheduler_->schedule(true);
         try {
-            std::vector<float> logits = executor_->wait();
-            commit(*inflight, logits);
+            commit(*inflight, executor_->wait());
         } catch (const std::exception& e) {
             fail_everything(e.what());
             inflight.reset();

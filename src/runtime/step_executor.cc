@@ -16,20 +16,22 @@ StepExecutor::~StepExecutor() {
     thread_.join();
 }
 
-void StepExecutor::launch(model::Batch batch) {
+void StepExecutor::launch(model::Batch batch, bool want_logits, bool want_argmax) {
     std::lock_guard<std::mutex> lock(mutex_);
     batch_ = std::move(batch);
+    want_logits_ = want_logits;
+    want_argmax_ = want_argmax;
     has_job_ = true;
     done_ = false;
     cv_.notify_all();
 }
 
-std::vector<float> StepExecutor::wait() {
+StepOutput StepExecutor::wait() {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return done_; });
     done_ = false;
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-    return std::move(logits_);
+    return std::move(output_);
 }
 
 void StepExecutor::loop() {
@@ -39,18 +41,28 @@ void StepExecutor::loop() {
         if (stop_) return;
         has_job_ = false;
         model::Batch batch = std::move(batch_);
+        bool want_logits = want_logits_, want_argmax = want_argmax_;
         lock.unlock();
-        std::vector<float> host;
+        StepOutput out;
         std::exception_ptr error;
         try {
             Tensor logits = model_.forward(batch, cache_);
-            host.resize(static_cast<size_t>(logits.numel()));
-            model_.backend().download(logits, host.data());
+            kernels::Backend& backend = model_.backend();
+            if (want_argmax && logits.numel() > 0) {
+                Tensor ids = backend.empty(DType::kI32, {logits.numel() / logits.dim(-1)});
+                backend.argmax_rows(logits, ids);
+                out.argmax.resize(static_cast<size_t>(ids.numel()));
+                backend.download(ids, out.argmax.data());
+            }
+            if (want_logits) {
+                out.logits.resize(static_cast<size_t>(logits.numel()));
+                backend.download(logits, out.logits.data());
+            }
         } catch (...) {
             error = std::current_exception();
         }
         lock.lock();
-        logits_ = std::move(host);
+        output_ = std::move(out);
         error_ = error;
         done_ = true;
         cv_.notify_all();

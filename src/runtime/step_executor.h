@@ -2,6 +2,7 @@
 // Runs model forward steps on a thread of its own, so the engine thread can plan the next step
 // (and sample / stream the previous one) while a step runs. One step in flight at a time.
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -11,16 +12,22 @@
 
 namespace deepinfer::runtime {
 
+// What a step brings back to the host: the logit rows when some row is sampled on the host,
+// each row's argmax (computed where the logits are) when some row is greedy.
+struct StepOutput {
+    std::vector<float> logits;   // [rows * vocab] or empty
+    std::vector<int32_t> argmax; // [rows] or empty
+};
+
 class StepExecutor {
 public:
     StepExecutor(model::CausalLm& model, model::SequenceCache& cache);
     ~StepExecutor();
 
-    // Starts `batch`; its logits rows come back from wait().
-    void launch(model::Batch batch);
-    // Blocks until the step in flight is done; host fp32 logits [rows * vocab]. Rethrows a
-    // failure of the step.
-    std::vector<float> wait();
+    // Starts `batch`; what it asks for comes back from wait().
+    void launch(model::Batch batch, bool want_logits, bool want_argmax);
+    // Blocks until the step in flight is done. Rethrows a failure of the step.
+    StepOutput wait();
 
 private:
     void loop();
@@ -30,7 +37,8 @@ private:
     std::mutex mutex_;
     std::condition_variable cv_;
     model::Batch batch_;
-    std::vector<float> logits_;
+    bool want_logits_ = true, want_argmax_ = false;
+    StepOutput output_;
     std::exception_ptr error_;
     bool has_job_ = false, done_ = false, stop_ = false;
     std::thread thread_;

@@ -202,6 +202,19 @@ TEST_P(BackendOps, DenseOps) {
         }
     }
 
+    for (int64_t cols : {7, 1000, 129280}) {  // greedy sampling: ties go to the lower id
+        Tensor l = random_f32({4, cols}, rng, 5.0f);
+        float* v = l.data<float>();
+        v[cols + cols / 2] = v[cols + cols - 1] = 50.0f;  // row 1: two equal maxima
+        for (int64_t c = 0; c < cols; ++c) v[2 * cols + c] = -INFINITY;  // row 2: nothing but -inf
+        Tensor ia = Tensor::empty(DType::kI32, {4}), ib = Tensor::empty(DType::kI32, {4});
+        cpu->argmax_rows(l, ia);
+        ref->argmax_rows(l, ib);
+        EXPECT_EQ(std::memcmp(ia.raw(), ib.raw(), ia.nbytes()), 0) << "argmax_rows over " << cols;
+        EXPECT_EQ(ia.data<int32_t>()[1], cols / 2);
+        EXPECT_EQ(ia.data<int32_t>()[2], 0);
+    }
+
     Tensor g = random_f32({5, 9}, rng, 3.0f), u = random_f32({5, 9}, rng, 3.0f);
     Tensor sa = Tensor::empty(DType::kF32, {5, 9}), sb = Tensor::empty(DType::kF32, {5, 9});
     cpu->swiglu(g, u, 2.0f, sa);

@@ -18,6 +18,7 @@ public:
     const char* name() const override { return dev_->name(); }
     void set_matmul_precision(MatmulPrecision p) override { dev_->set_matmul_precision(p); }
     bool set_variant(const std::string& name, int value) override { return dev_->set_variant(name, value); }
+    void reset_variants() override { dev_->reset_variants(); }
     Tensor empty(DType dtype, std::vector<int64_t> shape) override { return Tensor::empty(dtype, std::move(shape)); }
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override { return Tensor::zeros(dtype, std::move(shape)); }
     Tensor upload(const Tensor& host) override { return host; }
@@ -91,6 +92,11 @@ public:
         Tensor o = up(dst);
         dev_->copy(up(src), o);
         down(o, dst);
+    }
+    void argmax_rows(const Tensor& logits, Tensor& ids) override {
+        Tensor o = up(ids);
+        dev_->argmax_rows(up(logits), o);
+        down(o, ids);
     }
     void swiglu(const Tensor& gate, const Tensor& upv, float limit, Tensor& out) override {
         Tensor o = up(out);

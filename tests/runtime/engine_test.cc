@@ -222,6 +222,13 @@ TEST_F(EngineTest, StopConditionsNAndLogprobs) {
     auto e = engine();
     Result base = collect(*e->submit(greedy(prompt(0, 12), 16)));
     ASSERT_EQ(base.tokens[0].size(), 16u);
+    // Plain greedy takes the backend's argmax of each row; asking for logprobs brings the rows to
+    // the host sampler instead: the same tokens either way.
+    GenerationRequest with_logprobs = greedy(prompt(0, 12), 16);
+    with_logprobs.sampling.logprobs = 0;
+    Result host_greedy = collect(*e->submit(with_logprobs));
+    EXPECT_EQ(host_greedy.tokens[0], base.tokens[0]);
+    ASSERT_EQ(host_greedy.logprobs[0].size(), 16u);
     // A stop token id ends the sequence at its first occurrence (the token is counted, no text).
     GenerationRequest r = greedy(prompt(0, 12), 16);
     r.sampling.stop_token_ids = {base.tokens[0][5]};

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -138,6 +139,18 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
     auto* to = static_cast<char*>(dst.raw());
     pool_.parallel_for(static_cast<int64_t>(src.nbytes()), int64_t{1} << 20,
                        [&](int64_t s, int64_t e) { std::memcpy(to + s, from + s, static_cast<size_t>(e - s)); });
+}
+
+void CpuBackend::argmax_rows(const Tensor& logits, Tensor& ids) {
+    int64_t cols = logits.dim(-1), rows = logits.numel() / std::max<int64_t>(cols, 1);
+    DI_CHECK(cols > 0 && ids.numel() == rows && ids.dtype() == DType::kI32, "argmax_rows: logits {} -> ids {}",
+             logits.shape_string(), ids.shape_string());
+    pool_.parallel_for(rows, 1, [&](int64_t s, int64_t e) {
+        for (int64_t r = s; r < e; ++r) {
+            const float* row = logits.data<float>() + r * cols;
+            ids.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + cols) - row);  // first of equals
+        }
+    });
 }
 
 void CpuBackend::add(const Tensor& x, Tensor& y) {

@@ -177,6 +177,22 @@ __global__ void swiglu_kernel(const float* g, const float* u, float limit, float
     }
 }
 
+// ids[row] = the row's largest logit's index, ties to the lower one: each thread scans its stride
+// (the first of equals stays), then the block's argmax keeps the lower index of equals.
+__global__ void argmax_rows_kernel(const float* logits, int64_t cols, int* ids) {
+    pdl_prologue();
+    const float* row = logits + blockIdx.x * cols;
+    float best = -INFINITY;
+    int at = -1;
+#pragma unroll 8
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = row[c];
+        if (at < 0 || v > best) best = v, at = static_cast<int>(c);
+    }
+    int winner = block_argmax(best, at);
+    if (threadIdx.x == 0) ids[blockIdx.x] = winner;
+}
+
 }  // namespace
 
 DeviceAllocator::~DeviceAllocator() {
@@ -489,6 +505,14 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
                                                       std::to_string(dst.nbytes()) + " bytes");
     if (src.nbytes() > 0)
         DI_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::argmax_rows(const Tensor& logits, Tensor& ids) {
+    DI_CUDA_OP("argmax_rows");
+    int64_t cols = logits.dim(-1), rows = logits.numel() / std::max<int64_t>(cols, 1);
+    DI_CUDA_REQUIRE(cols > 0 && cols <= INT32_MAX && ids.numel() == rows && ids.dtype() == DType::kI32,
+                    "argmax_rows: logits " + logits.shape_string() + " -> ids " + ids.shape_string());
+    if (rows > 0) launch_pdl(argmax_rows_kernel, rows, 1024, 0, stream_, logits.data<float>(), cols, ids.data<int>());
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) {

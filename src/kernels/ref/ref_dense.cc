@@ -94,6 +94,19 @@ void RefBackend::copy(const Tensor& src, Tensor& dst) {
     std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
+void RefBackend::argmax_rows(const Tensor& logits, Tensor& ids) {
+    int64_t cols = logits.dim(-1), rows = logits.numel() / std::max<int64_t>(cols, 1);
+    DI_CHECK(cols > 0 && ids.numel() == rows && ids.dtype() == DType::kI32, "argmax_rows: logits {} -> ids {}",
+             logits.shape_string(), ids.shape_string());
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = logits.data<float>() + r * cols;
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; ++c)
+            if (row[c] > row[best]) best = c;
+        ids.data<int32_t>()[r] = static_cast<int32_t>(best);
+    }
+}
+
 void RefBackend::add(const Tensor& x, Tensor& y) {
     for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] += x.data<float>()[i];
 }
