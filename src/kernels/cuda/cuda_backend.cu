@@ -242,7 +242,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     constexpr size_t kCublasWorkspace = 32u << 20;
     DI_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
     DI_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
-    graphs_ = std::make_unique<GraphRecorder>(stream_);
+    graphs_ = std::make_unique<GraphRecorder>(stream_, variants_.graph_first_segment_ops, variants_.graph_segment_ops);
     hc_arrivals_ = zeros(DType::kI32, {2 * kMaxHcSplitTokens});
     attn_arrivals_ = zeros(DType::kI32, {sm_count_ + 1});
 }
@@ -488,15 +488,18 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "graph_first_segment_ops" && value >= 1 && value <= 1000) v.graph_first_segment_ops = value;
     else if (name == "graph_segment_ops" && value >= 1 && value <= 1000) v.graph_segment_ops = value;
     else return false;
-    graphs_->set_segment_ops(v.graph_first_segment_ops, v.graph_segment_ops);
-    gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
+    variants_changed();
     return true;
 }
 
 void CudaBackend::reset_variants() {
     variants_ = KernelVariants{};
+    variants_changed();
+}
+
+void CudaBackend::variants_changed() {
     graphs_->set_segment_ops(variants_.graph_first_segment_ops, variants_.graph_segment_ops);
-    gemv_blocks_per_sm_[0] = 0;
+    gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {

@@ -177,6 +177,8 @@ private:
     // One mHC site's launch over split blocks with a barrier (mhc.cu), when the grid fits on the
     // GPU at once; y non-null also applies the previous site's stream update first.
     bool launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn);
+    // Passes the variants on to what caches or holds a copy of them (graph segments, occupancy).
+    void variants_changed();
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
     const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
@@ -225,9 +227,9 @@ private:
     // moe_shared_prefetch 0|1 (those kernels start the shared expert's rows into L2 before the
     // PDL wait; measured slower: 2.02 vs 1.97-2.00 ms, flash-dims batch 1);
     // graph_first_segment_ops / graph_segment_ops 1..1000 (outer ops in a step's first captured
-    // graph segment; each later one doubles, up to graph_segment_ops); gemv_prefetch_mib 0..48 (weights a GEMV prefetches into
-    // L2 before its PDL wait: the batch-1 step of flash-dims ran 2.13 ms eager with 16 MiB, 2.09
-    // with none; docs/benchmarks.md).
+    // graph segment; each later one doubles, up to graph_segment_ops); gemv_prefetch_mib 0..48
+    // (weights a GEMV prefetches into L2 before its PDL wait: the batch-1 step of flash-dims ran
+    // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
         bool attention_decode = true;

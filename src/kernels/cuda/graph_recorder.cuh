@@ -5,8 +5,8 @@
 // launch path and the gap before the next. Inside a step the recorder captures the stream's work
 // (kernels, small copies, cuBLAS calls) into graph segments and launches each once it holds
 // enough outer ops, so the host captures segment s+1 while the GPU runs segment s. The first
-// segment is short (4 ops) so the GPU starts early, and each later one doubles, up to 48 (the
-// batch-1 step of the flash-dims checkpoint: 2.22 ms with segments of 24, 2.13 ms so;
+// segment is short (4 ops by default) so the GPU starts early, and each later one doubles, up to
+// 48 (the batch-1 step of the flash-dims checkpoint: 2.22 ms with segments of 24, 2.13 ms so;
 // docs/benchmarks.md). The executable graph of segment s is kept and updated in place next step
 // (same kernels, new arguments), which is far cheaper than instantiating it. Executables are
 // kept per (segment, step shape): the caller names the shape (steps with equal token counts run
@@ -31,7 +31,8 @@ namespace deepinfer::kernels::cuda {
 
 class GraphRecorder {
 public:
-    explicit GraphRecorder(cudaStream_t stream) : stream_(stream) {}
+    GraphRecorder(cudaStream_t stream, int first_ops, int most_ops)
+        : stream_(stream), first_ops_(first_ops), most_ops_(most_ops) {}
     ~GraphRecorder();
     GraphRecorder(const GraphRecorder&) = delete;
     GraphRecorder& operator=(const GraphRecorder&) = delete;
@@ -71,9 +72,9 @@ private:
     void evict_oldest();
 
     cudaStream_t stream_;
+    int first_ops_, most_ops_, segment_ops_ = 1;  // segment_ops_: the open segment's limit
     bool enabled_ = true, in_step_ = false, capturing_ = false;
     int depth_ = 0, ops_ = 0;
-    int first_ops_ = 4, most_ops_ = 48, segment_ops_ = 4;  // the open segment's limit
     size_t segment_ = 0;
     uint64_t shape_ = 0, uses_ = 0;
     std::map<std::pair<size_t, uint64_t>, Variants> execs_;  // by (segment index, step shape)
