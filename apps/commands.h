@@ -39,6 +39,7 @@ int run_bench(BenchOptions& opts, const std::string& log_level);
 
 struct ServeOptions {
     ServerConfig server;
+    std::string api_key_file;
     EngineFlags engine;
 };
 void add_serve_command(CLI::App& app, ServeOptions& opts);

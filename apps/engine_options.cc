@@ -47,9 +47,12 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--max-sequences", c.cache.max_sequences, "sequences resident in the cache at once")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--cache-memory", f.cache_memory, "cache size, e.g. 2GiB");
-    cmd->add_option("--max-model-len", c.cache.max_model_len, "longest prompt + output (default: what the cache holds)")
+    cmd->add_option("--max-model-len", c.cache.max_model_len, "longest prompt + output (default and limit: the model's max_position_embeddings)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-batch-tokens", c.scheduler.max_batch_tokens, "token budget per step")->check(CLI::PositiveNumber);
+    cmd->add_option("--max-prefill-chunk", c.scheduler.max_prefill_chunk,
+                    "most prompt tokens a new request takes in its first step (default: half the step budget)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-running", c.scheduler.max_running, "sequences decoded together")->check(CLI::PositiveNumber);
     cmd->add_flag("--no-async", f.no_async, "plan each step only after the previous one finished");
     cmd->add_option("--swa-replay-tokens", c.model.swa_replay_tokens,

@@ -22,7 +22,7 @@ struct CacheConfig {
     int max_sequences = 64;           // concurrent sequences (fixed per-sequence state slots)
     int64_t memory_bytes = 2LL << 30; // compressed-entry pools (+ rings and carries), in bytes
     int block_size = 64;              // compressed entries per block
-    int max_model_len = 0;            // 0 = as many tokens as the cache can hold for one sequence
+    int max_model_len = 0;            // 0 = the model's max_position_embeddings (or what the cache holds, if less)
     // Share block-aligned prompt prefixes with resident sequences (models that rebuild window
     // rings over a shared prefix, i.e. DeepSeek-V4.1 with swa_replay_tokens > 0).
     bool prefix_sharing = true;
@@ -30,16 +30,33 @@ struct CacheConfig {
 
 struct SchedulerConfig {
     int max_batch_tokens = 512;  // token budget per step (decode tokens + prefill chunks)
+    // Most prompt tokens a newly admitted request takes in its first step (0 = half the budget),
+    // so requests arriving together share the step.
+    int max_prefill_chunk = 0;
     int max_running = 64;        // sequences decoded together
     bool async_scheduling = true;  // prepare step N+1 while step N runs
 };
 
+// The HTTP server. Every limit is answered with an OpenAI-style 4xx (or 503 / 429) and counted
+// in /metrics under deepinfer_rejected_total{reason}.
 struct ServerConfig {
     std::string host = "127.0.0.1";
     int port = 8000;
-    int max_connections = 512;         // concurrent HTTP connections (one thread each)
-    double shutdown_grace_s = 30.0;    // on SIGTERM, how long in-flight requests may finish
-    std::string api_key;               // when set, requests need "Authorization: Bearer <key>"
+    int io_threads = 2;                  // event loop threads (connections cost no thread)
+    int worker_threads = 2;              // parse and tokenize requests off the event loop
+    int max_connections = 10000;         // open connections; more get 503
+    int64_t max_body_bytes = 32 << 20;   // 413
+    int max_header_bytes = 64 << 10;     // request line + headers; 431
+    int max_header_count = 100;          // 431
+    double header_timeout_s = 10;        // a new connection's request head must arrive in time (408)
+    double body_timeout_s = 60;          // then its body (408)
+    double idle_timeout_s = 60;          // a kept-alive connection with no new request is closed
+    double write_timeout_s = 30;         // a client that reads nothing of a reply for this long is dropped
+    int max_json_depth = 64;             // nesting of the request body; 400
+    int max_sequences_per_request = 256; // prompts x n (x best_of); 400
+    int max_pending_requests = 4096;     // completion requests in flight; 429
+    double shutdown_grace_s = 30.0;      // on SIGTERM, how long in-flight requests may finish
+    std::string api_key;                 // when set, requests need "Authorization: Bearer <key>"
 };
 
 struct EngineConfig {

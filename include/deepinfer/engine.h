@@ -7,6 +7,7 @@
 //   while (auto ev = stream->next()) { ... ev->sequences[0].text ... }
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,10 @@ public:
     virtual std::optional<RequestEvent> next_for(std::chrono::milliseconds timeout) = 0;
     // Stops generation and frees the request's cache; a final kCancelled event follows.
     virtual void cancel() = 0;
+    // Event-driven readers: `listener` runs whenever an event arrives (at once if some are
+    // waiting already). It runs on the engine's thread, so it must only hand the news on (e.g.
+    // post to an I/O loop); reading the stream inside it would deadlock.
+    virtual void set_listener(std::function<void()> listener) = 0;
 };
 
 struct EngineStats {
@@ -52,11 +57,12 @@ public:
     virtual EngineStats stats() const = 0;
     virtual const std::string& model_name() const = 0;
     virtual int32_t vocab_size() const = 0;
-    // Longest prompt + output a request may have.
+    // Longest prompt + output a request may have: the model's max_position_embeddings, or less
+    // when the config or the cache asks for less.
     virtual int64_t max_model_len() const = 0;
     // Tokenizer access for callers that format prompts (chat templates, counting).
     virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const = 0;
-    virtual std::string detokenize(const std::vector<int32_t>& tokens) const = 0;
+    virtual std::string detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const = 0;
     // Finishes (or, with cancel_running, cancels) every request, then stops the engine thread.
     virtual void shutdown(bool cancel_running) = 0;
 };

@@ -92,6 +92,8 @@ public:
     virtual ~CausalLm() = default;
     virtual int64_t vocab_size() const = 0;
     virtual const std::vector<int>& eos_token_ids() const = 0;
+    // Longest sequence the model's positions (RoPE and its scaling) were configured for.
+    virtual int64_t max_position_embeddings() const = 0;
     virtual kernels::Backend& backend() = 0;
     // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences.
     virtual CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const = 0;

@@ -28,10 +28,25 @@ namespace deepinfer::runtime {
 // --- streams ---------------------------------------------------------------------------------
 
 void RequestStreamImpl::push(RequestEvent ev) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (ev.finished) closed_ = true;
-    events_.push_back(std::move(ev));
+    std::function<void()> listener;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (ev.finished) closed_ = true;
+        events_.push_back(std::move(ev));
+        listener = listener_;
+    }
     cv_.notify_all();
+    if (listener) listener();
+}
+
+void RequestStreamImpl::set_listener(std::function<void()> listener) {
+    bool waiting;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        listener_ = listener;
+        waiting = !events_.empty();
+    }
+    if (waiting && listener) listener();
 }
 
 void RequestStreamImpl::detach() {
@@ -86,8 +101,10 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     const CacheConfig& cc = config.cache;
     DI_CHECK(cc.max_sequences >= 1 && cc.block_size >= 1, "cache: max_sequences and block_size must be positive");
     cache_ = model_->make_cache(model_->plan_cache(cc.max_sequences, cc.memory_bytes, cc.block_size));
-    max_model_len_ = cache_->token_capacity();
-    if (cc.max_model_len > 0) max_model_len_ = std::min<int64_t>(max_model_len_, cc.max_model_len);
+    int64_t max_positions = model_->max_position_embeddings();
+    DI_CHECK(cc.max_model_len <= max_positions, "max_model_len {} exceeds the model's max_position_embeddings ({})",
+             cc.max_model_len, max_positions);
+    max_model_len_ = std::min(cache_->token_capacity(), cc.max_model_len > 0 ? cc.max_model_len : max_positions);
     DI_CHECK(config.scheduler.max_batch_tokens >= 1 && config.scheduler.max_running >= 1,
              "scheduler: max_batch_tokens and max_running must be positive");
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
@@ -118,7 +135,9 @@ std::vector<int32_t> EngineImpl::tokenize(const std::string& text, bool add_spec
     return std::move(ids).value();
 }
 
-std::string EngineImpl::detokenize(const std::vector<int32_t>& tokens) const { return tokenizer_->decode(tokens, false); }
+std::string EngineImpl::detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const {
+    return tokenizer_->decode(tokens, skip_special_tokens);
+}
 
 // Fills prompt_tokens; returns an error message for a request that can never run.
 std::string EngineImpl::check_request(GenerationRequest& r) const {

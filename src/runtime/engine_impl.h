@@ -31,6 +31,7 @@ public:
     std::optional<RequestEvent> next() override;
     std::optional<RequestEvent> next_for(std::chrono::milliseconds timeout) override;
     void cancel() override;
+    void set_listener(std::function<void()> listener) override;
 
     void push(RequestEvent ev);  // engine thread
     void detach();               // the engine is gone: cancel() becomes a no-op
@@ -44,6 +45,7 @@ private:
     std::deque<RequestEvent> events_;
     bool closed_ = false;
     EngineImpl* engine_;
+    std::function<void()> listener_;
 };
 
 struct RequestState {
@@ -68,7 +70,7 @@ public:
     int32_t vocab_size() const override { return static_cast<int32_t>(model_->vocab_size()); }
     int64_t max_model_len() const override { return max_model_len_; }
     std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const override;
-    std::string detokenize(const std::vector<int32_t>& tokens) const override;
+    std::string detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const override;
     void shutdown(bool cancel_running) override;
 
     void cancel(RequestId id);

@@ -64,19 +64,16 @@ bool Scheduler::make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool 
     return true;
 }
 
-void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead) {
+void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bool decodes) {
     std::sort(running_.begin(), running_.end(), before);
     std::vector<Sequence*> order = running_;  // preemption edits running_
-    for (int pass = 0; pass < 2; ++pass) {    // decode steps first, then prompt chunks
-        for (Sequence* s : order) {
-            int64_t todo = s->pending();
-            if (budget <= 0 || s->cache_state < 0 || todo <= 0 || (todo == 1) != (pass == 0) || in_plan(plan, s))
-                continue;
-            int64_t start = s->length_after_inflight(), count = std::min(todo, budget);
-            if (!make_room(s, start + count, plan, ahead)) continue;
-            plan.chunks.push_back({s, start, count, count == todo});
-            budget -= count;
-        }
+    for (Sequence* s : order) {
+        int64_t todo = s->pending();
+        if (budget <= 0 || s->cache_state < 0 || todo <= 0 || (todo == 1) != decodes || in_plan(plan, s)) continue;
+        int64_t start = s->length_after_inflight(), count = std::min(todo, budget);
+        if (!make_room(s, start + count, plan, ahead)) continue;
+        plan.chunks.push_back({s, start, count, count == todo});
+        budget -= count;
     }
 }
 
@@ -86,7 +83,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
         int state = cache_.try_add_sequence();
         if (state < 0) return;
         take_shared_prefix(s, state);
-        int64_t todo = s->pending(), count = std::min(todo, budget);
+        int64_t todo = s->pending(), count = std::min({todo, budget, first_chunk_cap()});
         if (!cache_.reserve(state, s->num_computed + count)) {  // back-pressure: wait until blocks free up
             cache_.remove_sequence(state);
             s->num_computed = s->window_from = s->compressed_until = 0;
@@ -98,6 +95,10 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
         plan.chunks.push_back({s, s->num_computed, count, count == todo});
         budget -= count;
     }
+}
+
+int64_t Scheduler::first_chunk_cap() const {
+    return config_.max_prefill_chunk > 0 ? config_.max_prefill_chunk : std::max(1, config_.max_batch_tokens / 2);
 }
 
 void Scheduler::take_shared_prefix(Sequence* s, int state) {
@@ -123,8 +124,9 @@ StepPlan Scheduler::schedule(bool ahead) {
     needs_sync_ = false;
     StepPlan plan;
     int64_t budget = config_.max_batch_tokens;
-    schedule_running(plan, budget, ahead);
+    schedule_running(plan, budget, ahead, /*decodes=*/true);
     admit_waiting(plan, budget);
+    schedule_running(plan, budget, ahead, /*decodes=*/false);
     return plan;
 }
 

@@ -1,6 +1,9 @@
 #pragma once
-// Continuous batching. Each step gets a token budget: sequences that are decoding take one token
-// each (highest priority first, then FCFS), then prompts take chunks of what is left, so long
+// Continuous batching. Each step gets a token budget, spent in this order: every decoding sequence
+// takes its one token (highest priority first, then FCFS); then waiting requests are admitted,
+// each with a first prompt chunk of at most max_prefill_chunk tokens; then prompts already being
+// prefilled share what is left, oldest first. So a new request starts within a step of arriving
+// (when a sequence slot and blocks are free) however long the prompts in progress are, and long
 // prompts are prefilled in pieces alongside decode. A waiting sequence is admitted when a cache
 // slot is free and blocks for its first chunk can be reserved; when a running sequence cannot
 // get blocks, the lowest-priority, most recently arrived resident sequence is preempted: its
@@ -54,7 +57,9 @@ public:
 private:
     void preempt(Sequence* s);
     bool make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool ahead);
-    void schedule_running(StepPlan& plan, int64_t& budget, bool ahead);
+    // Decode tokens (`decodes`) or prompt chunks of sequences already admitted.
+    void schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bool decodes);
+    int64_t first_chunk_cap() const;
     void admit_waiting(StepPlan& plan, int64_t& budget);
     void take_shared_prefix(Sequence* s, int state);
 

@@ -34,12 +34,17 @@ void Metrics::request_finished(const std::string& endpoint, int status) {
     ++requests_[{endpoint, status}];
 }
 
+void Metrics::rejected(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++rejected_[reason];
+}
+
 void Metrics::tokens(int prompt, int completion) {
     prompt_tokens_ += static_cast<uint64_t>(prompt);
     completion_tokens_ += static_cast<uint64_t>(completion);
 }
 
-std::string Metrics::render(const EngineStats& st, const std::string& model) const {
+std::string Metrics::render(const EngineStats& st, const std::string& model, const ServerGauges& server) const {
     std::string out;
     auto gauge = [&](const char* name, const char* help, double v) {
         out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{model=\"{}\"}} {}\n", name, help, name, name, model, v);
@@ -52,10 +57,14 @@ std::string Metrics::render(const EngineStats& st, const std::string& model) con
         out += "# HELP deepinfer_requests_total HTTP requests by endpoint and status.\n# TYPE deepinfer_requests_total counter\n";
         for (const auto& [key, n] : requests_)
             out += fmt::format("deepinfer_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+        out += "# HELP deepinfer_rejected_total Requests and connections refused by a server limit, by reason.\n"
+               "# TYPE deepinfer_rejected_total counter\n";
+        for (const auto& [reason, n] : rejected_) out += fmt::format("deepinfer_rejected_total{{reason=\"{}\"}} {}\n", reason, n);
     }
     counter("deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
     counter("deepinfer_generation_tokens_total", "Generated tokens of finished requests.", static_cast<double>(completion_tokens_));
-    gauge("deepinfer_requests_active", "Requests being served over HTTP.", static_cast<double>(active_requests));
+    gauge("deepinfer_requests_active", "Completion requests accepted and not yet answered.", static_cast<double>(server.active_requests));
+    gauge("deepinfer_open_connections", "Open HTTP connections.", static_cast<double>(server.open_connections));
     gauge("deepinfer_queue_length", "Sequences waiting to be scheduled.", static_cast<double>(st.requests_waiting));
     gauge("deepinfer_running_batch", "Sequences in the running batch.", static_cast<double>(st.requests_running));
     gauge("deepinfer_cache_usage_ratio", "Fraction of the cache in use.", st.cache_usage);

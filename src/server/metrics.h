@@ -28,19 +28,27 @@ private:
     uint64_t count_ = 0;
 };
 
+// What the server itself knows at scrape time.
+struct ServerGauges {
+    int64_t active_requests = 0;   // completion calls accepted and not yet answered
+    int64_t open_connections = 0;
+};
+
 class Metrics {
 public:
     Metrics();
     void request_finished(const std::string& endpoint, int status);
+    // A request or connection refused by a limit ("body_too_large", "queue_full", ...).
+    void rejected(const std::string& reason);
     void tokens(int prompt, int completion);
     Histogram ttft, itl, e2e;
-    std::atomic<int64_t> active_requests{0};
 
-    std::string render(const EngineStats& stats, const std::string& model) const;
+    std::string render(const EngineStats& stats, const std::string& model, const ServerGauges& server) const;
 
 private:
     mutable std::mutex mutex_;
     std::map<std::pair<std::string, int>, uint64_t> requests_;  // (endpoint, status) -> count
+    std::map<std::string, uint64_t> rejected_;                   // reason -> count
     std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
 };
 

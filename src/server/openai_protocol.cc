@@ -1,34 +1,21 @@
 #include "server/openai_protocol.h"
 
-#include <limits>
+#include <map>
+#include <optional>
 
 #include "base/error.h"
+#include "server/request_fields.h"
 
 namespace deepinfer::server {
 namespace {
 
 using nlohmann::json;
 
-struct BadField {
-    std::string param, message;
-};
-
-template <typename T>
-std::optional<T> field(const json& j, const char* name, const char* type_name) {
-    auto it = j.find(name);
-    if (it == j.end() || it->is_null()) return std::nullopt;
-    bool ok = false;
-    if constexpr (std::is_same_v<T, bool>) ok = it->is_boolean();
-    else if constexpr (std::is_integral_v<T>) ok = it->is_number_integer();
-    else if constexpr (std::is_floating_point_v<T>) ok = it->is_number();
-    else if constexpr (std::is_same_v<T, std::string>) ok = it->is_string();
-    if (!ok) throw BadField{name, std::string(name) + " must be " + type_name};
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max()))
-            throw BadField{name, std::string(name) + " is too large"};
-    }
-    return it->get<T>();
-}
+// Fields of both endpoints; each is honoured (or refused with a reason) below.
+#define DI_COMMON_FIELDS                                                                                              \
+    "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "n", "stop", "stop_token_ids",   \
+        "max_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "user",  \
+        "ignore_eos", "skip_special_tokens", "logprobs"
 
 std::vector<std::string> stop_strings(const json& j) {
     auto it = j.find("stop");
@@ -43,203 +30,262 @@ std::vector<std::string> stop_strings(const json& j) {
     return out;
 }
 
-SamplingParams sampling_from(const json& j, bool chat) {
-    SamplingParams p;
-    if (auto v = field<int>(j, chat ? "max_completion_tokens" : "max_tokens", "an integer")) p.max_tokens = *v;
-    else if (auto v2 = field<int>(j, "max_tokens", "an integer")) p.max_tokens = *v2;
-    if (auto v = field<double>(j, "temperature", "a number")) p.temperature = static_cast<float>(*v);
-    if (auto v = field<double>(j, "top_p", "a number")) p.top_p = static_cast<float>(*v);
-    if (auto v = field<int>(j, "top_k", "an integer")) p.top_k = *v == -1 ? 0 : *v;
-    if (auto v = field<double>(j, "min_p", "a number")) p.min_p = static_cast<float>(*v);
-    if (auto v = field<double>(j, "presence_penalty", "a number")) p.presence_penalty = static_cast<float>(*v);
-    if (auto v = field<double>(j, "frequency_penalty", "a number")) p.frequency_penalty = static_cast<float>(*v);
-    if (auto v = field<double>(j, "repetition_penalty", "a number")) p.repetition_penalty = static_cast<float>(*v);
-    if (auto v = field<int64_t>(j, "seed", "an integer")) p.seed = static_cast<uint64_t>(*v);
-    if (auto v = field<int>(j, "n", "an integer")) p.n = *v;
-    if (auto v = field<bool>(j, "ignore_eos", "a boolean")) p.ignore_eos = *v;
-    if (auto v = field<bool>(j, "skip_special_tokens", "a boolean")) p.skip_special_tokens = *v;
-    p.stop = stop_strings(j);
-    if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
-        if (!j["logit_bias"].is_object()) throw BadField{"logit_bias", "logit_bias must be an object of token id -> bias"};
-        for (const auto& [k, v] : j["logit_bias"].items()) {
-            size_t pos = 0;
-            int id = -1;
-            try {
-                id = std::stoi(k, &pos);
-            } catch (const std::exception&) {
-            }
-            if (pos != k.size() || !v.is_number()) throw BadField{"logit_bias", "logit_bias must map token ids to numbers"};
-            p.logit_bias[id] = v.get<float>();
-        }
-    }
-    if (auto v = field<std::string>(j, "user", "a string")) (void)v;  // accepted, not used
-    return p;
+// A token id from JSON, checked against the vocabulary (ids beyond 32 bits must not wrap).
+int32_t token_id(const json& t, int32_t vocab_size, const char* param) {
+    if (!t.is_number_integer()) throw BadField{param, std::string(param) + " must hold integer token ids"};
+    bool in_range = t.is_number_unsigned() ? t.get<uint64_t>() < static_cast<uint64_t>(vocab_size)
+                                           : t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab_size;
+    if (!in_range) throw BadField{param, std::string(param) + " token id " + t.dump() + " is out of range [0, " + std::to_string(vocab_size) + ")"};
+    return static_cast<int32_t>(t.get<int64_t>());
 }
 
-tokenizer::ToolCall tool_call_from(const json& tc) {
-    if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object())
-        throw BadField{"messages", "tool_calls entries need a function object"};
-    const json& f = tc["function"];
-    tokenizer::ToolCall out;
-    out.id = tc.value("id", "");
-    out.name = f.value("name", "");
-    if (f.contains("arguments")) out.arguments = f["arguments"].is_string() ? f["arguments"].get<std::string>() : f["arguments"].dump();
+std::map<int32_t, float> logit_bias(const json& j, int32_t vocab_size) {
+    std::map<int32_t, float> out;
+    auto it = j.find("logit_bias");
+    if (it == j.end() || it->is_null()) return out;
+    if (!it->is_object()) throw BadField{"logit_bias", "logit_bias must be an object of token id -> bias"};
+    for (const auto& [k, v] : it->items()) {
+        json id = json::parse(k, nullptr, false);
+        if (id.is_discarded() || !id.is_number_integer() || !v.is_number())
+            throw BadField{"logit_bias", "logit_bias must map token ids to numbers"};
+        out[token_id(id, vocab_size, "logit_bias")] = v.get<float>();
+    }
     return out;
 }
 
-std::string message_text(const json& content) {
-    if (content.is_null()) return {};
-    if (content.is_string()) return content.get<std::string>();
-    if (!content.is_array()) throw BadField{"messages", "message content must be a string or an array of parts"};
-    std::string text;
-    for (const auto& part : content) {
-        std::string type = part.is_object() ? part.value("type", "") : "";
-        if (type == "image_url" || type == "input_image" || type == "image")
-            throw BadField{"messages", "image inputs are not supported: this build has no vision tower (text only)"};
-        if (type != "text" || !part.contains("text") || !part["text"].is_string())
-            throw BadField{"messages", "only text content parts are supported"};
-        text += part["text"].get<std::string>();
+SamplingParams sampling_from(const json& j, bool chat, int32_t vocab_size) {
+    SamplingParams p;
+    if (auto v = get_field<int>(j, chat ? "max_completion_tokens" : "max_tokens", "an integer")) p.max_tokens = *v;
+    else if (auto v2 = get_field<int>(j, "max_tokens", "an integer")) p.max_tokens = *v2;
+    if (auto v = get_field<double>(j, "temperature", "a number")) p.temperature = static_cast<float>(*v);
+    if (auto v = get_field<double>(j, "top_p", "a number")) p.top_p = static_cast<float>(*v);
+    if (auto v = get_field<int>(j, "top_k", "an integer")) p.top_k = *v == -1 ? 0 : *v;
+    if (auto v = get_field<double>(j, "min_p", "a number")) p.min_p = static_cast<float>(*v);
+    if (auto v = get_field<double>(j, "presence_penalty", "a number")) p.presence_penalty = static_cast<float>(*v);
+    if (auto v = get_field<double>(j, "frequency_penalty", "a number")) p.frequency_penalty = static_cast<float>(*v);
+    if (auto v = get_field<double>(j, "repetition_penalty", "a number")) p.repetition_penalty = static_cast<float>(*v);
+    if (auto v = get_field<int64_t>(j, "seed", "an integer")) p.seed = static_cast<uint64_t>(*v);
+    if (auto v = get_field<int>(j, "n", "an integer")) p.n = *v;
+    if (auto v = get_field<bool>(j, "ignore_eos", "a boolean")) p.ignore_eos = *v;
+    if (auto v = get_field<bool>(j, "skip_special_tokens", "a boolean")) p.skip_special_tokens = *v;
+    (void)get_field<std::string>(j, "user", "a string");  // an end-user id for abuse tracking; nothing to do here
+    p.stop = stop_strings(j);
+    if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+        if (!it->is_array()) throw BadField{"stop_token_ids", "stop_token_ids must be an array of token ids"};
+        for (const auto& t : *it) p.stop_token_ids.push_back(token_id(t, vocab_size, "stop_token_ids"));
     }
-    return text;
+    p.logit_bias = logit_bias(j, vocab_size);
+    return p;
 }
 
-std::vector<tokenizer::ChatTool> tools_from(const json& j) {
-    std::vector<tokenizer::ChatTool> tools;
-    if (!j.contains("tools") || j["tools"].is_null()) return tools;
-    if (!j["tools"].is_array()) throw BadField{"tools", "tools must be an array"};
-    for (const auto& t : j["tools"]) {
-        if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") || !t["function"].is_object() ||
-            !t["function"].contains("name"))
-            throw BadField{"tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}"};
-        tools.push_back({t["function"].dump()});
-    }
-    return tools;
-}
-
-bool thinking_flag(const json& j) {
-    if (auto v = field<bool>(j, "thinking", "a boolean")) return *v;
-    if (j.contains("chat_template_kwargs") && j["chat_template_kwargs"].is_object()) {
-        const json& k = j["chat_template_kwargs"];
-        if (auto v = field<bool>(k, "thinking", "a boolean")) return *v;
-        if (auto v = field<bool>(k, "enable_thinking", "a boolean")) return *v;
-    }
-    return false;
-}
-
-std::vector<std::vector<int32_t>> completion_prompts(const json& j, const Tokenize& tokenize) {
+std::vector<std::vector<int32_t>> completion_prompts(const json& j, int32_t vocab_size, const Tokenize& tokenize) {
     if (!j.contains("prompt")) throw BadField{"prompt", "prompt is required"};
     const json& p = j["prompt"];
+    const char* shape = "prompt must be a string, an array of strings, an array of token ids or an array of those";
     auto ids = [&](const json& arr) {
         std::vector<int32_t> out;
-        for (const auto& t : arr) {
-            if (!t.is_number_integer()) throw BadField{"prompt", "prompt must be a string, an array of strings or token ids"};
-            out.push_back(t.get<int32_t>());
-        }
+        for (const auto& t : arr) out.push_back(token_id(t, vocab_size, "prompt"));
         return out;
     };
     if (p.is_string()) return {tokenize(p.get<std::string>(), true)};
-    if (!p.is_array() || p.empty()) throw BadField{"prompt", "prompt must be a string, an array of strings or token ids"};
-    if (p[0].is_number_integer()) return {ids(p)};
+    if (!p.is_array() || p.empty()) throw BadField{"prompt", shape};
+    if (p[0].is_number()) return {ids(p)};
     std::vector<std::vector<int32_t>> out;
     for (const auto& e : p) {
         if (e.is_string()) out.push_back(tokenize(e.get<std::string>(), true));
         else if (e.is_array()) out.push_back(ids(e));
-        else throw BadField{"prompt", "prompt must be a string, an array of strings or token ids"};
+        else throw BadField{"prompt", shape};
     }
     return out;
+}
+
+// tool_choice "auto" / "none"; forcing a call waits for structured output.
+bool tools_enabled(const json& j) {
+    auto it = j.find("tool_choice");
+    if (it == j.end() || it->is_null() || *it == "auto") return true;
+    if (*it == "none") return false;
+    throw BadField{"tool_choice", "tool_choice must be \"auto\" or \"none\": forcing a tool call is not supported yet"};
+}
+
+void check_response_format(const json& j) {
+    auto it = j.find("response_format");
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_object() || it->value("type", json()) != "text")
+        throw BadField{"response_format", "response_format: only {\"type\": \"text\"} is supported (no structured output yet)"};
+}
+
+std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const Tokenize& tokenize) {
+    reject_unknown_fields(j, {DI_COMMON_FIELDS, "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                              "parallel_tool_calls", "response_format", "reasoning_effort", "thinking", "chat_template_kwargs"});
+    if (get_field<bool>(j, "logprobs", "a boolean").value_or(false))
+        call.top_logprobs = get_field<int>(j, "top_logprobs", "an integer").value_or(0);
+    else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
+        throw BadField{"top_logprobs", "top_logprobs needs logprobs: true"};
+    tokenizer::ChatOptions opt;
+    if (auto v = get_field<bool>(j, "thinking", "a boolean")) opt.thinking = *v;
+    if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
+        if (!k->is_object()) throw BadField{"chat_template_kwargs", "chat_template_kwargs must be an object"};
+        reject_unknown_fields(*k, {"thinking", "enable_thinking"}, "chat_template_kwargs.");
+        if (auto v = get_field<bool>(*k, "thinking", "a boolean", "chat_template_kwargs.")) opt.thinking = *v;
+        if (auto v = get_field<bool>(*k, "enable_thinking", "a boolean", "chat_template_kwargs.")) opt.thinking = *v;
+    }
+    call.thinking = opt.thinking;
+    opt.reasoning_effort = get_field<std::string>(j, "reasoning_effort", "a string").value_or("");
+    if (!opt.reasoning_effort.empty() && opt.reasoning_effort != "high" && opt.reasoning_effort != "max" &&
+        opt.reasoning_effort != "low" && opt.reasoning_effort != "medium")
+        throw BadField{"reasoning_effort", "reasoning_effort must be low, medium, high or max"};
+    check_response_format(j);
+    std::vector<tokenizer::ChatTool> tools = parse_tools(j);
+    if (!tools_enabled(j)) tools.clear();
+    call.has_tools = !tools.empty();
+    call.parallel_tool_calls = get_field<bool>(j, "parallel_tool_calls", "a boolean").value_or(true);
+    if (!j.contains("messages")) throw BadField{"messages", "messages is required"};
+    return tokenize(tokenizer::encode_chat(parse_messages(j["messages"]), tools, opt), false);  // the encoding has its BOS
+}
+
+std::vector<std::vector<int32_t>> completions_prompts(const json& j, CompletionCall& call, SamplingParams& sampling,
+                                                      int32_t vocab_size, const Tokenize& tokenize) {
+    reject_unknown_fields(j, {DI_COMMON_FIELDS, "prompt", "echo", "best_of", "suffix"});
+    if (j.contains("suffix") && !j["suffix"].is_null())
+        throw BadField{"suffix", "suffix is not supported (this model has no fill-in-the-middle format)"};
+    if (auto v = get_field<int>(j, "logprobs", "an integer")) call.top_logprobs = *v;
+    call.echo = get_field<bool>(j, "echo", "a boolean").value_or(false);
+    if (call.echo && call.top_logprobs >= 0)
+        throw BadField{"echo", "echo with logprobs is not supported (prompt logprobs are not computed)"};
+    if (auto v = get_field<int>(j, "best_of", "an integer")) {
+        if (*v < sampling.n) throw BadField{"best_of", "best_of must be at least n"};
+        if (*v > sampling.n && call.stream) throw BadField{"best_of", "best_of cannot be used with stream"};
+        if (*v > sampling.n) call.best_of = *v;
+    }
+    return completion_prompts(j, vocab_size, tokenize);
+}
+
+// Prompt + max_tokens must fit the model's context; without max_tokens, the output may use the
+// rest of the context (up to the default).
+std::optional<ApiError> fit_context(const std::vector<int32_t>& ids, SamplingParams& p, bool max_tokens_given,
+                                    const ServingInfo& info, bool chat) {
+    const char* param = chat ? "messages" : "prompt";
+    if (ids.empty()) return ApiError{400, "prompt is empty", "prompt"};
+    int64_t room = info.max_model_len - static_cast<int64_t>(ids.size());
+    if (room < 1 || (max_tokens_given && p.max_tokens > room))
+        return ApiError{400,
+                        "this model's maximum context length is " + std::to_string(info.max_model_len) + " tokens; the prompt has " +
+                            std::to_string(ids.size()) + " tokens" +
+                            (max_tokens_given ? " and max_tokens is " + std::to_string(p.max_tokens) : std::string()),
+                        param, "invalid_request_error", "context_too_long"};
+    if (!max_tokens_given) p.max_tokens = static_cast<int>(std::min<int64_t>(p.max_tokens, room));
+    return std::nullopt;
+}
+
+std::variant<json, ApiError> parse_body(const std::string& body, const ServingInfo& info) {
+    if (json_nesting_exceeds(body, info.max_json_depth))
+        return ApiError{400, "request JSON nests deeper than " + std::to_string(info.max_json_depth) + " levels", "",
+                        "invalid_request_error", "nesting_too_deep"};
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded()) return ApiError{400, "request body is not valid JSON", ""};
+    if (!j.is_object()) return ApiError{400, "request body must be a JSON object", ""};
+    return j;
+}
+
+CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, const Tokenize& tokenize) {
+    CompletionCall call;
+    call.chat = chat;
+    call.model = get_field<std::string>(j, "model", "a string").value_or(info.model_name);
+    if (call.model != info.model_name)
+        throw BadField{"model", "model '" + call.model + "' does not exist (serving '" + info.model_name + "')"};
+    call.stream = get_field<bool>(j, "stream", "a boolean").value_or(false);
+    if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
+        if (!so->is_object()) throw BadField{"stream_options", "stream_options must be an object"};
+        reject_unknown_fields(*so, {"include_usage", "continuous_usage_stats"}, "stream_options.");
+        call.include_usage = get_field<bool>(*so, "include_usage", "a boolean", "stream_options.").value_or(false);
+    }
+    SamplingParams sampling = sampling_from(j, chat, info.vocab_size);
+    std::vector<std::vector<int32_t>> prompts;
+    if (chat) prompts.push_back(chat_prompt(j, call, tokenize));
+    else prompts = completions_prompts(j, call, sampling, info.vocab_size, tokenize);
+    sampling.logprobs = call.top_logprobs;
+    call.n = sampling.n;
+    if (call.best_of > 0) sampling.logprobs = std::max(sampling.logprobs, 0), sampling.n = call.best_of;
+    auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+    bool max_tokens_given = given("max_tokens") || (chat && given("max_completion_tokens"));
+    for (auto& ids : prompts) {
+        SamplingParams p = sampling;
+        if (auto err = fit_context(ids, p, max_tokens_given, info, chat)) throw *err;
+        GenerationRequest r;
+        r.prompt_tokens = std::move(ids);
+        r.sampling = std::move(p);
+        call.requests.push_back(std::move(r));
+    }
+    return call;
 }
 
 }  // namespace
 
-nlohmann::json ApiError::body() const {
+json ApiError::body() const {
     return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", status}}}};
-}
-
-std::vector<tokenizer::ChatMessage> parse_messages(const json& messages) {
-    if (!messages.is_array() || messages.empty()) throw BadField{"messages", "messages must be a non-empty array"};
-    std::vector<tokenizer::ChatMessage> out;
-    for (const auto& m : messages) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-            throw BadField{"messages", "each message needs a string role"};
-        tokenizer::ChatMessage msg;
-        msg.role = m["role"].get<std::string>();
-        if (msg.role != "system" && msg.role != "developer" && msg.role != "user" && msg.role != "assistant" &&
-            msg.role != "tool")
-            throw BadField{"messages", "unknown message role '" + msg.role + "'"};
-        msg.content = message_text(m.value("content", json()));
-        if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
-            msg.reasoning_content = m["reasoning_content"].get<std::string>();
-        if (m.contains("tool_calls") && m["tool_calls"].is_array())
-            for (const auto& tc : m["tool_calls"]) msg.tool_calls.push_back(tool_call_from(tc));
-        msg.tool_call_id = m.value("tool_call_id", "");
-        out.push_back(std::move(msg));
-    }
-    return out;
 }
 
 std::variant<CompletionCall, ApiError> parse_completion_call(const std::string& body, bool chat, const ServingInfo& info,
                                                              const Tokenize& tokenize) {
-    json j;
+    auto parsed = parse_body(body, info);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
+    const json& j = std::get<json>(parsed);
     try {
-        j = json::parse(body);
-    } catch (const json::exception& e) {
-        return ApiError{400, std::string("request body is not valid JSON: ") + e.what(), ""};
-    }
-    if (!j.is_object()) return ApiError{400, "request body must be a JSON object", ""};
-    try {
-        CompletionCall call;
-        call.chat = chat;
-        call.model = field<std::string>(j, "model", "a string").value_or(info.model_name);
-        if (call.model != info.model_name)
-            return ApiError{400, "model '" + call.model + "' does not exist (serving '" + info.model_name + "')", "model"};
-        call.stream = field<bool>(j, "stream", "a boolean").value_or(false);
-        if (j.contains("stream_options") && j["stream_options"].is_object())
-            call.include_usage = field<bool>(j["stream_options"], "include_usage", "a boolean").value_or(true);
-        SamplingParams sampling = sampling_from(j, chat);
-        std::vector<std::vector<int32_t>> prompts;
-        if (chat) {
-            if (field<bool>(j, "logprobs", "a boolean").value_or(false))
-                call.top_logprobs = field<int>(j, "top_logprobs", "an integer").value_or(0);
-            call.thinking = thinking_flag(j);
-            std::vector<tokenizer::ChatTool> tools = tools_from(j);
-            call.has_tools = !tools.empty();
-            tokenizer::ChatOptions opt;
-            opt.thinking = call.thinking;
-            opt.reasoning_effort = field<std::string>(j, "reasoning_effort", "a string").value_or("");
-            if (!opt.reasoning_effort.empty() && opt.reasoning_effort != "high" && opt.reasoning_effort != "max" &&
-                opt.reasoning_effort != "low" && opt.reasoning_effort != "medium")
-                throw BadField{"reasoning_effort", "reasoning_effort must be low, medium, high or max"};
-            if (!j.contains("messages")) throw BadField{"messages", "messages is required"};
-            std::string text = tokenizer::encode_chat(parse_messages(j["messages"]), tools, opt);
-            prompts.push_back(tokenize(text, false));  // the encoding carries its own BOS
-        } else {
-            if (auto v = field<int>(j, "logprobs", "an integer")) call.top_logprobs = *v;
-            call.echo = field<bool>(j, "echo", "a boolean").value_or(false);
-            prompts = completion_prompts(j, tokenize);
-        }
-        sampling.logprobs = call.top_logprobs;
-        std::string bad = sampling.validate(info.vocab_size);
+        CompletionCall call = build_call(j, chat, info, tokenize);
+        std::string bad = call.requests[0].sampling.validate(info.vocab_size);
         if (!bad.empty()) return ApiError{400, bad, ""};
-        for (auto& ids : prompts) {
-            if (ids.empty()) return ApiError{400, "prompt is empty", "prompt"};
-            for (int32_t t : ids)
-                if (t < 0 || t >= info.vocab_size) return ApiError{400, "prompt token id " + std::to_string(t) + " is out of range", "prompt"};
-            int64_t need = static_cast<int64_t>(ids.size()) + sampling.max_tokens;
-            if (need > info.max_model_len)
-                return ApiError{400, "this model's maximum context length is " + std::to_string(info.max_model_len) +
-                                         " tokens; the prompt has " + std::to_string(ids.size()) + " tokens and max_tokens is " +
-                                         std::to_string(sampling.max_tokens),
-                                chat ? "messages" : "prompt"};
-            GenerationRequest r;
-            r.prompt_tokens = std::move(ids);
-            r.sampling = sampling;
-            call.requests.push_back(std::move(r));
-        }
+        int64_t sequences = static_cast<int64_t>(call.requests.size()) * call.choices_per_request();
+        if (sequences > info.max_sequences_per_request)
+            return ApiError{400,
+                            "a request may ask for at most " + std::to_string(info.max_sequences_per_request) +
+                                " sequences (prompts x n x best_of); this one asks for " + std::to_string(sequences),
+                            "n", "invalid_request_error", "too_many_sequences"};
         return call;
+    } catch (const BadField& b) {
+        return ApiError{400, b.message, b.param};
+    } catch (const ApiError& e) {
+        return e;
+    } catch (const Error& e) {
+        return ApiError{400, e.what(), ""};
+    }
+}
+
+std::variant<json, ApiError> tokenize_request(const std::string& body, const ServingInfo& info, const Tokenize& tokenize) {
+    auto parsed = parse_body(body, info);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
+    const json& j = std::get<json>(parsed);
+    try {
+        reject_unknown_fields(j, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"});
+        if (auto m = get_field<std::string>(j, "model", "a string"); m && *m != info.model_name)
+            throw BadField{"model", "model '" + *m + "' does not exist (serving '" + info.model_name + "')"};
+        bool special = get_field<bool>(j, "add_special_tokens", "a boolean").value_or(true);
+        (void)get_field<bool>(j, "add_generation_prompt", "a boolean");  // the chat encoding always ends with the reply's start
+        std::vector<int32_t> ids;
+        if (j.contains("messages")) ids = tokenize(tokenizer::encode_chat(parse_messages(j["messages"]), {}, {}), false);
+        else ids = tokenize(required_string(j, "prompt", ""), special);
+        return json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", info.max_model_len}};
     } catch (const BadField& b) {
         return ApiError{400, b.message, b.param};
     } catch (const Error& e) {
         return ApiError{400, e.what(), ""};
+    }
+}
+
+std::variant<json, ApiError> detokenize_request(const std::string& body, const ServingInfo& info, const Detokenize& detokenize) {
+    auto parsed = parse_body(body, info);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
+    const json& j = std::get<json>(parsed);
+    try {
+        reject_unknown_fields(j, {"model", "tokens"});
+        if (auto m = get_field<std::string>(j, "model", "a string"); m && *m != info.model_name)
+            throw BadField{"model", "model '" + *m + "' does not exist (serving '" + info.model_name + "')"};
+        auto it = j.find("tokens");
+        if (it == j.end() || !it->is_array()) throw BadField{"tokens", "tokens must be an array of token ids"};
+        std::vector<int32_t> ids;
+        for (const auto& t : *it) ids.push_back(token_id(t, info.vocab_size, "tokens"));
+        return json{{"prompt", detokenize(ids)}};
+    } catch (const BadField& b) {
+        return ApiError{400, b.message, b.param};
     }
 }
 

@@ -1,163 +1,198 @@
 #include "server/openai_server.h"
 
-#include <httplib.h>
-
-#include <sys/socket.h>
-
 #include <chrono>
 #include <thread>
 
 #include "base/error.h"
 #include "base/logging.h"
-#include "server/completion_stream.h"
-#include "server/openai_protocol.h"
+#include "server/completion_task.h"
 
 namespace deepinfer::server {
 namespace {
 
 using nlohmann::json;
 
-void send_json(httplib::Response& res, int status, const json& body) {
-    res.status = status;
-    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+HttpResponse json_response(int status, const json& body) {
+    HttpResponse r;
+    r.status = status;
+    r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    return r;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.body()); }
+// Equal strings compare in time that depends only on their lengths, not on where they differ.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+    return diff == 0;
+}
 
-// While a stream has nothing to send, an SSE comment every so often finds out whether the client
-// is still there (a failed write cancels the request).
-constexpr auto kKeepAliveInterval = std::chrono::milliseconds(1000);
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
+bool needs_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize"; }
+
+// The endpoint label of the metrics: known routes by name, everything else as one label.
+std::string endpoint_label(const std::string& path) {
+    for (const char* known : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
+        if (path == known) return path;
+    return path.rfind("/v1/models/", 0) == 0 ? "/v1/models" : "other";
+}
 
 }  // namespace
 
 OpenAiServer::OpenAiServer(Engine& engine, const ServerConfig& config)
-    : engine_(engine), config_(config), http_(std::make_unique<httplib::Server>()) {
-    int threads = std::max(8, config.max_connections);
-    http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    // cpp-httplib listens with a backlog of 5, so a burst of clients connecting at once overflows
-    // the accept queue and some get reset; keep the socket to listen again with a deep backlog.
-    http_->set_socket_options([this](int fd) {
-        int one = 1;
-        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        listen_fd_ = fd;
-    });
-    http_->set_read_timeout(std::chrono::seconds(60));
-    http_->set_write_timeout(std::chrono::seconds(10));
-    routes();
+    : engine_(engine), config_(config), workers_(static_cast<size_t>(std::max(1, config.worker_threads))) {
+    http_ = std::make_unique<HttpServer>(
+        config_, [this](std::shared_ptr<Exchange> ex) { handle(ex); }, [this](const HttpRequest& head) { return check_head(head); },
+        [this](const std::string& reason, int status) {
+            metrics_.rejected(reason);
+            metrics_.request_finished("other", status);
+        });
 }
 
-OpenAiServer::~OpenAiServer() = default;
+OpenAiServer::~OpenAiServer() { workers_.join(); }
 
-void OpenAiServer::bind() {
-    port_ = config_.port == 0 ? http_->bind_to_any_port(config_.host) : (http_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
-    DI_CHECK(port_ > 0, "cannot listen on {}:{}", config_.host, config_.port);
-    if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
-}
+void OpenAiServer::bind() { http_->bind(); }
 
 void OpenAiServer::run() {
-    spdlog::info("serving {} on http://{}:{}", engine_.model_name(), config_.host, port_);
-    http_->listen_after_bind();
+    spdlog::info("serving {} on http://{}:{}", engine_.model_name(), config_.host, port());
+    http_->run();
 }
 
 void OpenAiServer::stop() {
     draining_ = true;
+    http_->stop_accepting();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.shutdown_grace_s);
-    while (metrics_.active_requests > 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (metrics_.active_requests > 0) {
-        spdlog::warn("shutdown: cancelling {} requests still running", metrics_.active_requests.load());
-        engine_.shutdown(/*cancel_running=*/true);
+    while (pending_ > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (pending_ > 0) {
+        spdlog::warn("shutdown: cancelling {} requests still running", pending_.load());
+        std::vector<std::shared_ptr<CompletionTask>> running;
+        {
+            std::lock_guard<std::mutex> lock(tasks_mutex_);
+            for (auto& [p, t] : tasks_) running.push_back(t);
+        }
+        for (auto& t : running) t->cancel();
+        // Cancelled calls end within a step; their replies (an error event) go out before the close.
+        auto last = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (pending_ > 0 && std::chrono::steady_clock::now() < last) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     http_->stop();
 }
 
-bool OpenAiServer::authorized(const httplib::Request& req, httplib::Response& res) {
-    if (config_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + config_.api_key) return true;
-    send_error(res, {401, "invalid or missing API key", "", "authentication_error"});
-    return false;
+std::optional<HttpResponse> OpenAiServer::check_head(const HttpRequest& head) {
+    if (config_.api_key.empty() || !needs_key(head.path)) return std::nullopt;
+    if (constant_time_equal(head.header("Authorization"), "Bearer " + config_.api_key)) return std::nullopt;
+    metrics_.request_finished(endpoint_label(head.path), 401);
+    return json_response(401, ApiError{401, "invalid or missing API key", "", "authentication_error"}.body());
 }
 
-void OpenAiServer::routes() {
-    auto& s = *http_;
-    s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-        send_json(res, draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"}});
-    });
-    s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(metrics_.render(engine_.stats(), engine_.model_name()), "text/plain; version=0.0.4");
-    });
-    s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-        if (!authorized(req, res)) return;
-        send_json(res, 200, {{"object", "list"},
-                             {"data", {{{"id", engine_.model_name()}, {"object", "model"}, {"created", 0},
-                                        {"owned_by", "deepinfer"}, {"max_model_len", engine_.max_model_len()}}}}});
-    });
-    s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, false); });
-    s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, true); });
-    s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        std::string msg = res.status == 404 ? "no route for " + req.method + " " + req.path : "HTTP error";
-        send_error(res, {res.status, msg, "", res.status == 404 ? "not_found_error" : "invalid_request_error"});
-    });
-    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string msg = "internal error";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            msg = e.what();
-        } catch (...) {
-        }
-        send_error(res, {500, msg, "", "server_error"});
-    });
+ServingInfo OpenAiServer::serving_info() const {
+    return {engine_.model_name(), engine_.vocab_size(), engine_.max_model_len(), config_.max_sequences_per_request, config_.max_json_depth};
 }
 
-void OpenAiServer::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-    std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-    if (!authorized(req, res)) return metrics_.request_finished(endpoint, 401);
-    if (draining_) {
-        send_error(res, {503, "the server is shutting down", "", "server_error"});
-        return metrics_.request_finished(endpoint, 503);
+void OpenAiServer::reply(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, int status, const json& body) {
+    ex->respond(json_response(status, body));
+    metrics_.request_finished(endpoint, status);
+}
+
+void OpenAiServer::reply_error(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, const ApiError& e) {
+    if (!e.reason.empty()) metrics_.rejected(e.reason);
+    reply(ex, endpoint, e.status, e.body());
+}
+
+void OpenAiServer::handle(const std::shared_ptr<Exchange>& ex) {
+    const HttpRequest& req = ex->request();
+    const std::string& path = req.path;
+    std::string endpoint = endpoint_label(path);
+    bool get = req.method == "GET", post = req.method == "POST";
+    auto wrong_method = [&](const char* allow) {
+        HttpResponse r = json_response(405, ApiError{405, "method " + req.method + " is not allowed on " + path + " (use " + allow + ")"}.body());
+        r.headers.emplace_back("Allow", allow);
+        ex->respond(std::move(r));
+        metrics_.request_finished(endpoint, 405);
+    };
+    if (path == "/health") {
+        if (!get) return wrong_method("GET");
+        return reply(ex, endpoint, draining_ ? 503 : 200, {{"status", draining_ ? "shutting down" : "ok"}});
     }
-    ServingInfo info{engine_.model_name(), engine_.vocab_size(), engine_.max_model_len()};
-    auto tokenize = [this](const std::string& text, bool special) { return engine_.tokenize(text, special); };
-    auto parsed = parse_completion_call(req.body, chat, info, tokenize);
-    if (auto* err = std::get_if<ApiError>(&parsed)) {
-        send_error(res, *err);
-        return metrics_.request_finished(endpoint, err->status);
-    }
-    CompletionCall call = std::move(std::get<CompletionCall>(parsed));
-    if (!call.stream) {
-        CompletionStream stream(engine_, std::move(call), metrics_);
-        json body = stream.collect();
-        if (!stream.error().empty()) {
-            send_error(res, {500, stream.error(), "", "server_error"});
-            return metrics_.request_finished(endpoint, 500);
-        }
-        send_json(res, 200, body);
+    if (path == "/metrics") {
+        if (!get) return wrong_method("GET");
+        HttpResponse r;
+        r.content_type = "text/plain; version=0.0.4";
+        r.body = metrics_.render(engine_.stats(), engine_.model_name(), {pending_.load(), http_->open_connections()});
+        ex->respond(std::move(r));
         return metrics_.request_finished(endpoint, 200);
     }
-    auto stream = std::make_shared<CompletionStream>(engine_, std::move(call), metrics_);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [stream, last_write = std::chrono::steady_clock::now()](size_t, httplib::DataSink& sink) mutable {
-            std::string data = stream->next_sse(kPollInterval);
-            auto now = std::chrono::steady_clock::now();
-            if (data.empty() && now - last_write >= kKeepAliveInterval) data = ": keep-alive\n\n";
-            if (!data.empty()) {
-                last_write = now;
-                if (!sink.write(data.data(), data.size())) {  // client gone: free its request
-                    stream->cancel();
-                    return false;
-                }
-            }
-            if (stream->done()) sink.done();
-            return true;
-        },
-        [this, endpoint, stream](bool success) {
-            if (!stream->done()) stream->cancel();
-            metrics_.request_finished(endpoint, success ? 200 : 499);
-        });
+    if (path == "/v1/models" || path == "/v1/models/" + engine_.model_name()) {
+        if (!get) return wrong_method("GET");
+        json model = {{"id", engine_.model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "deepinfer"},
+                      {"max_model_len", engine_.max_model_len()}};
+        return reply(ex, endpoint, 200, path == "/v1/models" ? json{{"object", "list"}, {"data", json::array({model})}} : model);
+    }
+    if (path == "/v1/completions" || path == "/v1/chat/completions") {
+        if (!post) return wrong_method("POST");
+        return handle_completion(ex, path == "/v1/chat/completions");
+    }
+    if (path == "/tokenize" || path == "/detokenize") {
+        if (!post) return wrong_method("POST");
+        return handle_tokenizer(ex, path == "/tokenize");
+    }
+    reply(ex, endpoint, 404, ApiError{404, "no route for " + req.method + " " + path, "", "not_found_error"}.body());
+}
+
+void OpenAiServer::handle_tokenizer(const std::shared_ptr<Exchange>& ex, bool encode) {
+    boost::asio::post(workers_, [this, ex, encode] {
+        std::string endpoint = encode ? "/tokenize" : "/detokenize";
+        auto tokenize = [this](const std::string& text, bool special) { return engine_.tokenize(text, special); };
+        auto detokenize = [this](const std::vector<int32_t>& ids) { return engine_.detokenize(ids, false); };
+        auto out = encode ? tokenize_request(ex->request().body, serving_info(), tokenize)
+                          : detokenize_request(ex->request().body, serving_info(), detokenize);
+        if (auto* err = std::get_if<ApiError>(&out)) return reply_error(ex, endpoint, *err);
+        reply(ex, endpoint, 200, std::get<json>(out));
+    });
+}
+
+void OpenAiServer::handle_completion(const std::shared_ptr<Exchange>& ex, bool chat) {
+    std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+    if (draining_) return reply_error(ex, endpoint, {503, "the server is shutting down", "", "server_error"});
+    if (++pending_ > config_.max_pending_requests) {
+        --pending_;
+        ApiError busy{429, "too many requests in flight (" + std::to_string(config_.max_pending_requests) + "); try again later", "",
+                      "rate_limit_error", "queue_full"};
+        metrics_.rejected(busy.reason);
+        HttpResponse r = json_response(429, busy.body());
+        r.headers.emplace_back("Retry-After", "1");
+        ex->respond(std::move(r));
+        return metrics_.request_finished(endpoint, 429);
+    }
+    // Parsing tokenizes the prompt: off the I/O threads.
+    boost::asio::post(workers_, [this, ex, endpoint, chat] { start_completion(ex, endpoint, chat); });
+}
+
+void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat) {
+    auto tokenize = [this](const std::string& text, bool special) { return engine_.tokenize(text, special); };
+    auto parsed = parse_completion_call(ex->request().body, chat, serving_info(), tokenize);
+    if (auto* err = std::get_if<ApiError>(&parsed)) {
+        --pending_;
+        return reply_error(ex, endpoint, *err);
+    }
+    if (draining_) {
+        --pending_;
+        return reply_error(ex, endpoint, {503, "the server is shutting down", "", "server_error"});
+    }
+    auto stream = std::make_unique<CompletionStream>(engine_, std::move(std::get<CompletionCall>(parsed)), metrics_);
+    uint64_t id = ++next_task_id_;
+    auto on_end = [this, endpoint, id](int status) {
+        metrics_.request_finished(endpoint, status);
+        {
+            std::lock_guard<std::mutex> lock(tasks_mutex_);
+            tasks_.erase(id);
+        }
+        --pending_;
+    };
+    auto task = std::make_shared<CompletionTask>(http_->io(), ex, std::move(stream), std::move(on_end));
+    {
+        std::lock_guard<std::mutex> lock(tasks_mutex_);
+        tasks_[id] = task;
+    }
+    task->start();
 }
 
 }  // namespace deepinfer::server

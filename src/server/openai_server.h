@@ -1,23 +1,26 @@
 #pragma once
 // The OpenAI-compatible HTTP server over one Engine: /v1/completions, /v1/chat/completions (both
-// with SSE streaming), /v1/models, /health, /metrics. One thread per connection (cpp-httplib's
-// pool); all requests feed the one engine loop. stop() drains: new requests get 503 while
-// in-flight ones finish for up to the grace period, then are cancelled.
+// with SSE streaming), /v1/models, /tokenize, /detokenize, /health, /metrics. Connections live on
+// an event-driven HttpServer; request bodies are parsed and tokenized on a small worker pool;
+// every call feeds the one engine loop and is answered as its events arrive. stop() drains: new
+// requests get 503 while in-flight ones finish for up to the grace period, then are cancelled.
+#include "server/asio.h"
+
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "deepinfer/config.h"
 #include "deepinfer/engine.h"
+#include "server/http_server.h"
 #include "server/metrics.h"
-
-namespace httplib {
-class Server;
-class Request;
-class Response;
-}  // namespace httplib
+#include "server/openai_protocol.h"
 
 namespace deepinfer::server {
+
+class CompletionTask;
 
 class OpenAiServer {
 public:
@@ -26,24 +29,32 @@ public:
 
     // Binds host:port (port 0 picks a free one); throws deepinfer::Error when it cannot.
     void bind();
-    int port() const { return port_; }
+    int port() const { return http_->port(); }
     // Serves until stop(); call bind() first.
     void run();
     // Thread-safe; returns once in-flight requests finished or were cancelled.
     void stop();
 
 private:
-    void routes();
-    bool authorized(const httplib::Request& req, httplib::Response& res);
-    void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+    void handle(const std::shared_ptr<Exchange>& ex);
+    std::optional<HttpResponse> check_head(const HttpRequest& head);
+    void handle_completion(const std::shared_ptr<Exchange>& ex, bool chat);
+    void start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat);
+    void handle_tokenizer(const std::shared_ptr<Exchange>& ex, bool encode);
+    void reply(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, int status, const nlohmann::json& body);
+    void reply_error(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, const ApiError& e);
+    ServingInfo serving_info() const;
 
     Engine& engine_;
     ServerConfig config_;
-    std::unique_ptr<httplib::Server> http_;
     Metrics metrics_;
+    std::unique_ptr<HttpServer> http_;
+    boost::asio::thread_pool workers_;
     std::atomic<bool> draining_{false};
-    int port_ = 0;
-    int listen_fd_ = -1;
+    std::atomic<int64_t> pending_{0};  // completion calls accepted and not yet answered
+    std::mutex tasks_mutex_;
+    std::unordered_map<uint64_t, std::shared_ptr<CompletionTask>> tasks_;
+    std::atomic<uint64_t> next_task_id_{0};
 };
 
 }  // namespace deepinfer::server

@@ -133,13 +133,37 @@ std::string encode_chat(const std::vector<ChatMessage>& messages, const std::vec
     return out;
 }
 
+std::optional<std::string> tool_call_arguments(std::string_view invoke_body) {
+    const std::string param = "<" + kDsml + "parameter name=\"", param_end = "</" + kDsml + "parameter>";
+    std::string body(invoke_body);
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    size_t p = 0;
+    while ((p = body.find(param, p)) != std::string::npos) {
+        size_t key_end = body.find("\" string=\"", p);
+        size_t val_start = key_end == std::string::npos ? key_end : body.find("\">", key_end);
+        size_t val_end = val_start == std::string::npos ? val_start : body.find(param_end, val_start);
+        if (val_end == std::string::npos) return std::nullopt;
+        std::string key = body.substr(p + param.size(), key_end - p - param.size());
+        bool is_str = body.compare(key_end + 10, 4, "true") == 0;
+        std::string value = body.substr(val_start + 2, val_end - val_start - 2);
+        try {
+            args[key] = is_str ? nlohmann::ordered_json(value) : nlohmann::ordered_json::parse(value);
+        } catch (const nlohmann::json::exception&) {
+            args[key] = value;
+        }
+        p = val_end + param_end.size();
+    }
+    return args.dump();
+}
+
+const std::string& tool_calls_opener() { return kToolCallsStart; }
+
 namespace {
 
 // Parses the <｜DSML｜invoke ...> blocks after the tool_calls opener; nullopt when malformed.
 std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& body) {
     std::vector<ToolCall> calls;
     const std::string invoke = "<" + kDsml + "invoke name=\"", invoke_end = "</" + kDsml + "invoke>";
-    const std::string param = "<" + kDsml + "parameter name=\"", param_end = "</" + kDsml + "parameter>";
     size_t pos = 0;
     while ((pos = body.find(invoke, pos)) != std::string::npos) {
         size_t name_end = body.find("\">", pos + invoke.size());
@@ -147,24 +171,9 @@ std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& body) {
         if (name_end == std::string::npos || block_end == std::string::npos) return std::nullopt;
         ToolCall tc;
         tc.name = body.substr(pos + invoke.size(), name_end - pos - invoke.size());
-        nlohmann::ordered_json args = nlohmann::ordered_json::object();
-        size_t p = name_end;
-        while ((p = body.find(param, p)) != std::string::npos && p < block_end) {
-            size_t key_end = body.find("\" string=\"", p);
-            size_t val_start = body.find("\">", key_end);
-            size_t val_end = body.find(param_end, val_start);
-            if (key_end == std::string::npos || val_start == std::string::npos || val_end == std::string::npos) return std::nullopt;
-            std::string key = body.substr(p + param.size(), key_end - p - param.size());
-            bool is_str = body.compare(key_end + 10, 4, "true") == 0;
-            std::string value = body.substr(val_start + 2, val_end - val_start - 2);
-            try {
-                args[key] = is_str ? nlohmann::ordered_json(value) : nlohmann::ordered_json::parse(value);
-            } catch (const nlohmann::json::exception&) {
-                args[key] = value;
-            }
-            p = val_end + param_end.size();
-        }
-        tc.arguments = args.dump();
+        auto args = tool_call_arguments(std::string_view(body).substr(name_end, block_end - name_end));
+        if (!args) return std::nullopt;
+        tc.arguments = std::move(*args);
         calls.push_back(std::move(tc));
         pos = block_end + invoke_end.size();
     }

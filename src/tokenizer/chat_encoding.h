@@ -7,6 +7,7 @@
 // Also parses a completion back into reasoning, content and tool calls, at once or streaming.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace deepinfer::tokenizer {
@@ -49,6 +50,12 @@ struct ParsedCompletion {
 // Splits a finished completion (EOS already stripped). Malformed tool-call blocks are left in
 // the content rather than failing the request.
 ParsedCompletion parse_completion(const std::string& text, bool thinking);
+
+// The arguments (a JSON object's text) of one tool call from the text between its
+// <｜DSML｜invoke name="..."> and </｜DSML｜invoke>; nullopt when a parameter is malformed.
+std::optional<std::string> tool_call_arguments(std::string_view invoke_body);
+// "\n\n<｜DSML｜tool_calls>": where a completion's tool calls start.
+const std::string& tool_calls_opener();
 
 // Streaming split of a completion into reasoning and content deltas: in thinking mode text is
 // reasoning until </think>; a possible prefix of </think> is held back between pieces.

@@ -83,6 +83,38 @@ TEST(Scheduler, PriorityThenArrivalOrderAndTokenBudget) {
     EXPECT_FALSE(p.chunks.back().samples);
 }
 
+// A long prompt being prefilled must not hold back a request that arrives meanwhile: the new one
+// is admitted with its whole (short) prompt in the next step, and the long one takes the rest.
+TEST(Scheduler, NewArrivalsShareTheStepWithALongPrefill) {
+    FakeCache cache(8, 100000, 16);
+    SchedulerConfig cfg;
+    cfg.max_batch_tokens = 512;
+    Scheduler sched(cfg, cache);
+    auto long_prompt = seq(20000, 0, 0), short_prompt = seq(12, 0, 1);
+    sched.add(long_prompt.get());
+    StepPlan p = sched.schedule(false);
+    ASSERT_EQ(p.chunks.size(), 1u);
+    EXPECT_EQ(p.chunks[0].count, 256);  // a new request's first chunk: half the budget
+    run(p);
+    p = sched.schedule(false);
+    ASSERT_EQ(p.chunks.size(), 1u);
+    EXPECT_EQ(p.chunks[0].count, 512);  // alone, a running prefill takes the whole budget
+    run(p);
+    sched.add(short_prompt.get());
+    p = sched.schedule(false);
+    ASSERT_EQ(p.chunks.size(), 2u);
+    EXPECT_EQ(p.chunks[0].seq, short_prompt.get());
+    EXPECT_EQ(p.chunks[0].count, 12);
+    EXPECT_TRUE(p.chunks[0].samples);
+    EXPECT_EQ(p.chunks[1].seq, long_prompt.get());
+    EXPECT_EQ(p.chunks[1].count, 500);
+    cfg.max_prefill_chunk = 4;  // the cap is configurable
+    Scheduler capped(cfg, cache);
+    auto other = seq(12, 0, 2);
+    capped.add(other.get());
+    EXPECT_EQ(capped.schedule(false).chunks.at(0).count, 4);
+}
+
 TEST(Scheduler, BackPressureAndPreemption) {
     FakeCache cache(4, 4, 16);  // 4 blocks of 16 tokens in all
     SchedulerConfig cfg;

@@ -24,6 +24,7 @@ public:
     const DeepseekV4Config& config() const { return cfg_; }
     int64_t vocab_size() const override { return cfg_.vocab_size; }
     const std::vector<int>& eos_token_ids() const override { return cfg_.eos_token_ids; }
+    int64_t max_position_embeddings() const override { return cfg_.max_position_embeddings; }
 
 private:
     struct StepTensors;

@@ -36,6 +36,7 @@ public:
     void rebuild_windows(const Batch& step, HybridCache& cache);
     int64_t vocab_size() const override { return cfg_.base.vocab_size; }
     const std::vector<int>& eos_token_ids() const override { return cfg_.base.eos_token_ids; }
+    int64_t max_position_embeddings() const override { return cfg_.base.max_position_embeddings; }
 
 private:
     struct StepState;
