@@ -38,4 +38,11 @@ if ! echo "$TOKENIZER_SHA256  $TOKENIZER_DIR/tokenizer.json" | sha256sum -c --st
     echo "$TOKENIZER_SHA256  $TOKENIZER_DIR/tokenizer.json" | sha256sum -c --status ||
         { echo "setup: tokenizer.json checksum mismatch" >&2; exit 1; }
 fi
+# The official OpenAI Node SDK, a client in the server tests (exact version; no lock file).
+SDK_DIR=tests/server/sdk
+SDK_VERSION=$(sed -n 's/.*"openai": "\(.*\)".*/\1/p' "$SDK_DIR/package.json")
+if ! grep -q "\"version\": \"$SDK_VERSION\"" "$SDK_DIR/node_modules/openai/package.json" 2>/dev/null; then
+    echo "setup: installing the OpenAI Node SDK $SDK_VERSION for the server tests"
+    npm install --silent --no-audit --no-fund --no-package-lock --prefix "$SDK_DIR" >/dev/null
+fi
 echo "setup: ok"

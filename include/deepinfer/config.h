@@ -44,7 +44,7 @@ struct ServerConfig {
     int port = 8000;
     int io_threads = 2;                  // event loop threads (connections cost no thread)
     int worker_threads = 2;              // parse and tokenize requests off the event loop
-    int max_connections = 10000;         // open connections; more get 503
+    int max_connections = 10000;         // at the limit the longest-idle one makes room; if all are busy, 503
     int64_t max_body_bytes = 32 << 20;   // 413
     int max_header_bytes = 64 << 10;     // request line + headers; 431
     int max_header_count = 100;          // 431

@@ -118,6 +118,8 @@ void HttpConnection::close_if_idle() {
 
 void HttpConnection::read_header() {
     state_ = State::kReading;
+    busy_ = false;
+    waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_.config_.max_header_bytes));
     parser_->body_limit(static_cast<uint64_t>(server_.config_.max_body_bytes));
@@ -183,6 +185,7 @@ void HttpConnection::dispatch() {
     request.body = std::move(parser_->get().body());
     parser_.reset();
     state_ = State::kHandling;
+    busy_ = true;
     last_queued_ = false;
     exchange_ = std::make_shared<HttpExchange>(weak_from_this(), socket_.get_executor(), std::move(request));
     watch();

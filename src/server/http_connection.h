@@ -5,6 +5,7 @@
 // the connection's strand; other threads reach it only by posting there.
 #include "server/asio.h"
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -34,6 +35,9 @@ public:
     void send_stream_data(const HttpExchange* ex, std::string data);
     void send_stream_end(const HttpExchange* ex);
     Socket::executor_type executor() { return socket_.get_executor(); }
+    // Whether a request is being answered; when not, since when the connection has waited.
+    bool busy() const { return busy_; }
+    int64_t waiting_since() const { return waiting_since_; }
 
 private:
     enum class State { kReading, kHandling, kIdle, kLingering, kClosed };
@@ -73,6 +77,8 @@ private:
     State state_ = State::kReading;
     std::shared_ptr<HttpExchange> exchange_;
     std::string discard_;
+    std::atomic<bool> busy_{false};
+    std::atomic<int64_t> waiting_since_{0};  // steady-clock ticks
 };
 
 }  // namespace deepinfer::server

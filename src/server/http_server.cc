@@ -92,12 +92,30 @@ void HttpServer::accept_next() {
         socket.set_option(tcp::no_delay(true), ec);
         auto conn = std::make_shared<HttpConnection>(std::move(socket), *this);
         track(conn);
-        if (open_connections_ > config_.max_connections)
+        if (open_connections_ > config_.max_connections && !evict_longest_waiting())
             asio::post(conn->executor(), [conn] { conn->start_refused(503, "too many connections; try again later"); });
         else
             asio::post(conn->executor(), [conn] { conn->start(); });
         accept_next();
     });
+}
+
+// At the connection limit, the connection that has waited longest without a request in progress
+// (idle, or still sending its head) makes room, so such connections cannot lock others out.
+bool HttpServer::evict_longest_waiting() {
+    std::shared_ptr<HttpConnection> victim;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& [ptr, weak] : connections_) {
+            auto c = weak.lock();
+            if (!c || c->busy() || c->waiting_since() == 0) continue;
+            if (!victim || c->waiting_since() < victim->waiting_since()) victim = std::move(c);
+        }
+    }
+    if (!victim) return false;
+    if (on_reject_) on_reject_("evicted_waiting_connection", 0);
+    victim->close();
+    return true;
 }
 
 void HttpServer::track(const std::shared_ptr<HttpConnection>& c) {

@@ -67,7 +67,8 @@ public:
     // Runs once the request line and headers arrived, before the body is read: a response
     // refuses the request (e.g. 401) without reading its body, and closes the connection.
     using HeaderCheck = std::function<std::optional<HttpResponse>(const HttpRequest& head)>;
-    // Told why a request or connection was refused ("body_too_large", "header_timeout", ...).
+    // Told why a request or connection was refused ("body_too_large", "header_timeout", ...), with
+    // the HTTP status answered (0 when the connection was closed without an answer).
     using RejectListener = std::function<void(const std::string& reason, int status)>;
 
     HttpServer(const ServerConfig& config, Handler handler, HeaderCheck check, RejectListener on_reject);
@@ -89,6 +90,7 @@ public:
 private:
     friend class HttpConnection;
     void accept_next();
+    bool evict_longest_waiting();
     void track(const std::shared_ptr<HttpConnection>& c);
     void untrack(HttpConnection* c);
     template <typename F>

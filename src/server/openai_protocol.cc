@@ -192,7 +192,7 @@ CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, con
     call.chat = chat;
     call.model = get_field<std::string>(j, "model", "a string").value_or(info.model_name);
     if (call.model != info.model_name)
-        throw BadField{"model", "model '" + call.model + "' does not exist (serving '" + info.model_name + "')"};
+        throw ApiError{404, "model '" + call.model + "' does not exist (serving '" + info.model_name + "')", "model", "not_found_error"};
     call.stream = get_field<bool>(j, "stream", "a boolean").value_or(false);
     if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
         if (!so->is_object()) throw BadField{"stream_options", "stream_options must be an object"};

@@ -43,7 +43,7 @@ OpenAiServer::OpenAiServer(Engine& engine, const ServerConfig& config)
         config_, [this](std::shared_ptr<Exchange> ex) { handle(ex); }, [this](const HttpRequest& head) { return check_head(head); },
         [this](const std::string& reason, int status) {
             metrics_.rejected(reason);
-            metrics_.request_finished("other", status);
+            if (status > 0) metrics_.request_finished("other", status);
         });
 }
 

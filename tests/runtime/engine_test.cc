@@ -262,7 +262,7 @@ TEST_F(EngineTest, StopConditionsNAndLogprobs) {
 
 TEST_F(EngineTest, CancellationAndBadRequests) {
     auto e = engine();
-    auto stream = e->submit(greedy(prompt(0, 50), 10000 - 50));
+    auto stream = e->submit(greedy(prompt(0, 50), static_cast<int>(e->max_model_len()) - 50));
     auto first = stream->next();
     ASSERT_TRUE(first.has_value());
     stream->cancel();

@@ -119,6 +119,7 @@ TEST_F(ServerTest, CompletionStreamingEqualsNonStreaming) {
     EXPECT_EQ(full["usage"]["completion_tokens"], 12);
     EXPECT_EQ(full["usage"]["prompt_tokens"].get<int>(), static_cast<int>(engine_->tokenize("the tale", true).size()));
     req["stream"] = true;
+    req["stream_options"] = {{"include_usage", true}};
     Sse sse = parse_sse(post("/v1/completions", req, &status).get<std::string>());
     ASSERT_EQ(status, 200);
     std::string text;
@@ -161,7 +162,7 @@ TEST_F(ServerTest, BadRequestsGet400WithOpenAiErrors) {
     };
     check("/v1/completions", "{not json", 400, "not valid JSON");
     check("/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", 400, "max_tokens must be an integer");
-    check("/v1/completions", R"({"model": "gpt-5", "prompt": "x"})", 400, "does not exist");
+    check("/v1/completions", R"({"model": "gpt-5", "prompt": "x"})", 404, "does not exist");
     check("/v1/completions", R"({"prompt": "x", "top_p": 5})", 400, "top_p");
     check("/v1/completions", R"({"prompt": "x", "max_tokens": 100000000})", 400, "maximum context length");
     check("/v1/completions", R"({"max_tokens": 3})", 400, "prompt is required");
@@ -192,7 +193,8 @@ TEST_F(ServerTest, ManyConcurrentStreams) {
     std::vector<std::thread> clients;
     for (int i = 0; i < 16; ++i)
         clients.emplace_back([&, i] {
-            json req = {{"prompt", "story " + std::to_string(i)}, {"max_tokens", 10}, {"stream", true}, {"ignore_eos", true}};
+            json req = {{"prompt", "story " + std::to_string(i)}, {"max_tokens", 10}, {"stream", true}, {"ignore_eos", true},
+                        {"stream_options", {{"include_usage", true}}}};
             auto r = client().Post("/v1/completions", req.dump(), "application/json");
             if (!r || r->status != 200) {
                 ADD_FAILURE() << "request " << i << ": " << (r ? std::to_string(r->status) + " " + r->body : httplib::to_string(r.error()));
@@ -233,7 +235,7 @@ TEST(ServeProcess, SigtermDrainsAndExits) {
     httplib::Client c("127.0.0.1", port);
     std::string body;
     std::thread streamer([&] {
-        json req = {{"prompt", "x"}, {"max_tokens", 40}, {"stream", true}, {"ignore_eos", true}};
+        json req = {{"prompt", "x"}, {"max_tokens", 40}, {"stream", true}, {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}};
         stream_post(c, "/v1/completions", req, [&](const char* d, size_t n) {
             body.append(d, n);
             return true;
