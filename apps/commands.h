@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apps/engine_options.h"
+#include "apps/serve_load.h"
 
 namespace deepinfer::apps {
 
@@ -46,10 +47,8 @@ void add_serve_command(CLI::App& app, ServeOptions& opts);
 int run_serve(ServeOptions& opts, const std::string& log_level);
 
 struct BenchServeOptions {
-    std::string host = "127.0.0.1", model;
-    int port = 8000, concurrency = 1, num_requests = 0, input_len = 128, output_len = 64, vocab = 1000, server_pid = 0;
-    double rate = 0, duration_s = 60;
-    uint64_t seed = 0;
+    LoadOptions load;
+    int server_pid = 0;
     bool json = false;
 };
 void add_bench_serve_command(CLI::App& app, BenchServeOptions& opts);

@@ -1,10 +1,9 @@
 #include "server/http_server.h"
 
-#include <sys/resource.h>
-
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "base/process.h"
 #include "server/asio.h"
 #include "server/http_connection.h"
 
@@ -26,23 +25,10 @@ struct HttpServer::Io {
     std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{context.get_executor()};
 };
 
-namespace {
-
-// Every connection holds a descriptor: let the process use as many as its hard limit allows.
-void raise_descriptor_limit() {
-    rlimit lim{};
-    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-        lim.rlim_cur = lim.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &lim);
-    }
-}
-
-}  // namespace
-
 HttpServer::HttpServer(const ServerConfig& config, Handler handler, HeaderCheck check, RejectListener on_reject)
     : config_(config), handler_(std::move(handler)), check_(std::move(check)), on_reject_(std::move(on_reject)), io_(std::make_unique<Io>()) {
     DI_CHECK(config_.io_threads >= 1, "server: io_threads must be >= 1");
-    raise_descriptor_limit();
+    raise_descriptor_limit();  // every connection holds a descriptor
 }
 
 HttpServer::~HttpServer() = default;

@@ -187,12 +187,34 @@ std::variant<json, ApiError> parse_body(const std::string& body, const ServingIn
     return j;
 }
 
+// The request's model (the served one when absent); another name is a 404.
+std::string checked_model(const json& j, const ServingInfo& info) {
+    std::string model = get_field<std::string>(j, "model", "a string").value_or(info.model_name);
+    if (model != info.model_name)
+        throw ApiError{404, "model '" + model + "' does not exist (serving '" + info.model_name + "')", "model", "not_found_error"};
+    return model;
+}
+
+// Parses `body` and runs `f` on it; whatever `f` throws about the request becomes its ApiError.
+template <typename F>
+auto with_body(const std::string& body, const ServingInfo& info, F&& f) -> std::variant<decltype(f(json())), ApiError> {
+    auto parsed = parse_body(body, info);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
+    try {
+        return f(std::get<json>(parsed));
+    } catch (const BadField& b) {
+        return ApiError{400, b.message, b.param};
+    } catch (const ApiError& e) {
+        return e;
+    } catch (const Error& e) {
+        return ApiError{400, e.what(), ""};
+    }
+}
+
 CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, const Tokenize& tokenize) {
     CompletionCall call;
     call.chat = chat;
-    call.model = get_field<std::string>(j, "model", "a string").value_or(info.model_name);
-    if (call.model != info.model_name)
-        throw ApiError{404, "model '" + call.model + "' does not exist (serving '" + info.model_name + "')", "model", "not_found_error"};
+    call.model = checked_model(j, info);
     call.stream = get_field<bool>(j, "stream", "a boolean").value_or(false);
     if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
         if (!so->is_object()) throw BadField{"stream_options", "stream_options must be an object"};
@@ -227,66 +249,43 @@ json ApiError::body() const {
 
 std::variant<CompletionCall, ApiError> parse_completion_call(const std::string& body, bool chat, const ServingInfo& info,
                                                              const Tokenize& tokenize) {
-    auto parsed = parse_body(body, info);
-    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
-    const json& j = std::get<json>(parsed);
-    try {
+    return with_body(body, info, [&](const json& j) {
         CompletionCall call = build_call(j, chat, info, tokenize);
         std::string bad = call.requests[0].sampling.validate(info.vocab_size);
-        if (!bad.empty()) return ApiError{400, bad, ""};
+        if (!bad.empty()) throw ApiError{400, bad, ""};
         int64_t sequences = static_cast<int64_t>(call.requests.size()) * call.choices_per_request();
         if (sequences > info.max_sequences_per_request)
-            return ApiError{400,
-                            "a request may ask for at most " + std::to_string(info.max_sequences_per_request) +
-                                " sequences (prompts x n x best_of); this one asks for " + std::to_string(sequences),
-                            "n", "invalid_request_error", "too_many_sequences"};
+            throw ApiError{400,
+                           "a request may ask for at most " + std::to_string(info.max_sequences_per_request) +
+                               " sequences (prompts x n x best_of); this one asks for " + std::to_string(sequences),
+                           "n", "invalid_request_error", "too_many_sequences"};
         return call;
-    } catch (const BadField& b) {
-        return ApiError{400, b.message, b.param};
-    } catch (const ApiError& e) {
-        return e;
-    } catch (const Error& e) {
-        return ApiError{400, e.what(), ""};
-    }
+    });
 }
 
 std::variant<json, ApiError> tokenize_request(const std::string& body, const ServingInfo& info, const Tokenize& tokenize) {
-    auto parsed = parse_body(body, info);
-    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
-    const json& j = std::get<json>(parsed);
-    try {
+    return with_body(body, info, [&](const json& j) {
         reject_unknown_fields(j, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"});
-        if (auto m = get_field<std::string>(j, "model", "a string"); m && *m != info.model_name)
-            throw BadField{"model", "model '" + *m + "' does not exist (serving '" + info.model_name + "')"};
+        checked_model(j, info);
         bool special = get_field<bool>(j, "add_special_tokens", "a boolean").value_or(true);
         (void)get_field<bool>(j, "add_generation_prompt", "a boolean");  // the chat encoding always ends with the reply's start
         std::vector<int32_t> ids;
         if (j.contains("messages")) ids = tokenize(tokenizer::encode_chat(parse_messages(j["messages"]), {}, {}), false);
         else ids = tokenize(required_string(j, "prompt", ""), special);
         return json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", info.max_model_len}};
-    } catch (const BadField& b) {
-        return ApiError{400, b.message, b.param};
-    } catch (const Error& e) {
-        return ApiError{400, e.what(), ""};
-    }
+    });
 }
 
 std::variant<json, ApiError> detokenize_request(const std::string& body, const ServingInfo& info, const Detokenize& detokenize) {
-    auto parsed = parse_body(body, info);
-    if (auto* err = std::get_if<ApiError>(&parsed)) return *err;
-    const json& j = std::get<json>(parsed);
-    try {
+    return with_body(body, info, [&](const json& j) {
         reject_unknown_fields(j, {"model", "tokens"});
-        if (auto m = get_field<std::string>(j, "model", "a string"); m && *m != info.model_name)
-            throw BadField{"model", "model '" + *m + "' does not exist (serving '" + info.model_name + "')"};
+        checked_model(j, info);
         auto it = j.find("tokens");
         if (it == j.end() || !it->is_array()) throw BadField{"tokens", "tokens must be an array of token ids"};
         std::vector<int32_t> ids;
         for (const auto& t : *it) ids.push_back(token_id(t, info.vocab_size, "tokens"));
         return json{{"prompt", detokenize(ids)}};
-    } catch (const BadField& b) {
-        return ApiError{400, b.message, b.param};
-    }
+    });
 }
 
 }  // namespace deepinfer::server

@@ -97,13 +97,17 @@ TEST(ServeConnections, ClientsThatLeaveCancelTheirRequests) {
         fds.push_back(fd);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    std::string m = c.Get("/metrics")->body;
+    auto scrape = [&] {
+        auto r = c.Get("/metrics");
+        return r ? r->body : std::string();
+    };
+    std::string m = scrape();
     EXPECT_EQ(test::metric_value(m, "deepinfer_requests_active{model=\"deepinfer-nano\"}"), 12) << m;
     close_all(fds);
     auto start = Clock::now();
     double active = -1, running = -1, waiting = -1;
     while (since(start) < 10) {
-        m = c.Get("/metrics")->body;
+        m = scrape();
         active = test::metric_value(m, "deepinfer_requests_active{model=\"deepinfer-nano\"}");
         running = test::metric_value(m, "deepinfer_running_batch{model=\"deepinfer-nano\"}");
         waiting = test::metric_value(m, "deepinfer_queue_length{model=\"deepinfer-nano\"}");
@@ -117,33 +121,37 @@ TEST(ServeConnections, ClientsThatLeaveCancelTheirRequests) {
     EXPECT_GE(test::metric_value(m, "deepinfer_requests_total{endpoint=\"/v1/completions\",status=\"499\"}"), 12);
 }
 
-TEST(ServeConnections, LongPrefillDoesNotBlockShortRequests) {
-    test::ServeProcess server(nano({"--max-batch-tokens", "64"}));
-    json prompt = json::array();
-    for (int i = 0; i < 7000; ++i) prompt.push_back(100 + i % 2000);
-    Clock::time_point long_done{}, short_first{};
-    std::thread long_request([&] {
-        httplib::Client c("127.0.0.1", server.port());
-        c.set_read_timeout(300, 0);
-        auto r = c.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "application/json");
-        EXPECT_TRUE(r && r->status == 200);
-        long_done = Clock::now();
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the long prompt is being prefilled
-    httplib::Client c("127.0.0.1", server.port());
+// Streams one completion; returns when its first token arrived (epoch if none).
+Clock::time_point first_token_of(int port, const json& body) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(300, 0);
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
-    req.body = json{{"prompt", "x"}, {"max_tokens", 2}, {"stream", true}}.dump();
+    req.body = body.dump();
     req.set_header("Content-Type", "application/json");
+    Clock::time_point first{};
     req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-        if (short_first == Clock::time_point{} && std::string(d, n).find("\"text\"") != std::string::npos) short_first = Clock::now();
+        if (first == Clock::time_point{} && std::string(d, n).find("\"text\"") != std::string::npos) first = Clock::now();
         return true;
     };
-    ASSERT_TRUE(c.send(req));
+    c.send(req);
+    return first;
+}
+
+TEST(ServeConnections, LongPrefillDoesNotBlockShortRequests) {
+    test::ServeProcess server(nano({"--max-batch-tokens", "16"}));
+    json prompt = json::array();
+    for (int i = 0; i < 8000; ++i) prompt.push_back(100 + i % 2000);
+    Clock::time_point long_first{};
+    std::thread long_request([&] { long_first = first_token_of(server.port(), {{"prompt", prompt}, {"max_tokens", 1}, {"stream", true}}); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the long prompt is being prefilled
+    Clock::time_point short_sent = Clock::now();
+    Clock::time_point short_first = first_token_of(server.port(), {{"prompt", "x"}, {"max_tokens", 2}, {"stream", true}});
     long_request.join();
     ASSERT_NE(short_first, Clock::time_point{});
-    EXPECT_LT(short_first, long_done) << "the short request waited for the whole long prefill";
+    ASSERT_GT(long_first, short_sent) << "the long prefill ended before the short request came: make the prompt longer";
+    EXPECT_LT(short_first, long_first) << "the short request waited for the whole long prefill";
 }
 
 TEST(ServeConnections, SigtermExitsWithinTheGraceWhateverTheSockets) {

@@ -12,13 +12,14 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "base/process.h"
 
 namespace deepinfer::test {
 
@@ -80,17 +81,7 @@ public:
         return {status, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
     }
 
-    int64_t rss_kib() const {
-        std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
-        std::string key;
-        while (in >> key)
-            if (key == "VmRSS:") {
-                int64_t v = 0;
-                in >> v;
-                return v;
-            }
-        return -1;
-    }
+    int64_t rss_kib() const { return resident_kib(pid_); }
 
 private:
     pid_t pid_ = -1;
