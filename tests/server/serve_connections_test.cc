@@ -178,7 +178,7 @@ TEST(ServeConnections, SigtermExitsWithinTheGraceWhateverTheSockets) {
     ASSERT_FALSE(events.empty());
     EXPECT_TRUE(events.back().contains("error")) << events.back();
     for (const auto& e : events)
-        if (e.contains("choices")) EXPECT_NE(e["choices"][0]["finish_reason"], "abort");
+        if (e.contains("choices") && !e["choices"].empty()) EXPECT_NE(e["choices"][0]["finish_reason"], "abort");
     close_all(half);
     close(idle);
 }
