@@ -57,7 +57,7 @@ int64_t carry_snapshot_slots(const CacheLayout& c, const CacheSizing& s) {
     for (int g = 0; g < kBlockGroups; ++g)
         if (c.rates[g] > 0) spans = std::min(spans, s.blocks[g] / (span / c.rates[g] / s.block_size));
     // Carries matter only where a hit ends; the least recently saved give way.
-    return std::max<int64_t>(1, std::min<int64_t>(spans, 2 + spans / 8));
+    return std::max<int64_t>(1, std::min<int64_t>(spans, 2 + spans / 2));
 }
 
 CacheSizing cache_for_memory(const CacheLayout& c, int max_seqs, int64_t memory_bytes, int block_size) {

@@ -127,7 +127,10 @@ void EngineImpl::shutdown(bool cancel_running) {
     inbox_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     // The engine thread is gone and no step runs: what the cache holds can be written below.
-    if (prefix_cache_) prefix_cache_->write_back_all(5000);
+    if (prefix_cache_) {
+        prefix_cache_->write_back_all(5000);
+        publish_stats();
+    }
 }
 
 std::vector<int32_t> EngineImpl::tokenize(const std::string& text, bool add_special_tokens) const {

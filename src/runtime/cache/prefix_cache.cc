@@ -53,10 +53,16 @@ std::vector<PrefixKey> PrefixCache::chain_keys(const Sequence& s) const {
 bool PrefixCache::has_carries(const PrefixNode& n) const {
     if (geometry_.carry_bytes == 0) return true;
     if (n.on_device && n.carry_slot >= 0) return true;
-    return n.host == PrefixNode::HostState::kReady && blob_has_carries(host_->at(n.host_slot));
+    return host_usable(n) && blob_has_carries(host_->at(n.host_slot));
 }
 
-bool PrefixCache::usable(const PrefixNode& n) const { return n.on_device || n.host == PrefixNode::HostState::kReady; }
+// A host copy being made from the device counts: a copy back is queued after it.
+bool PrefixCache::host_usable(const PrefixNode& n) const {
+    return n.host == PrefixNode::HostState::kReady ||
+           (n.host == PrefixNode::HostState::kFilling && n.host_origin == PrefixTier::kHost);
+}
+
+bool PrefixCache::usable(const PrefixNode& n) const { return n.on_device || host_usable(n); }
 
 // No running sequence holds the span's blocks: the index's reference is the only one.
 bool PrefixCache::unused(const PrefixNode& n) const {
@@ -73,11 +79,11 @@ void PrefixCache::on_waiting(const Sequence& s) {
     uint64_t chain = ++next_chain_;
     for (size_t i = 0; i < lookup.keys.size(); ++i) {
         PrefixNode* n = index_.find(lookup.keys[i]);
-        if (n != nullptr && n->host == PrefixNode::HostState::kFilling) {
+        if (n != nullptr && usable(*n)) continue;
+        if (n != nullptr && n->host == PrefixNode::HostState::kFilling) {  // being read for another request
             lookup.waiting.push_back(n->key);
             continue;
         }
-        if (n != nullptr && usable(*n)) continue;
         BlobTier* tier = disk_ && disk_->may_contain(lookup.keys[i]) ? disk_.get() : remote_.get();
         if (tier == nullptr || host_ == nullptr) break;
         if (n == nullptr) n = &index_.insert(lookup.keys[i], i == 0 ? PrefixKey{} : lookup.keys[i - 1], static_cast<int64_t>(i));
@@ -93,7 +99,7 @@ bool PrefixCache::ready(const Sequence& s) const {
     if (it == lookups_.end() || Clock::now() > it->second.deadline) return true;
     return std::none_of(it->second.waiting.begin(), it->second.waiting.end(), [&](const PrefixKey& k) {
         const PrefixNode* n = const_cast<PrefixIndex&>(index_).find(k);
-        return n != nullptr && n->host == PrefixNode::HostState::kFilling;
+        return n != nullptr && n->host == PrefixNode::HostState::kFilling && !usable(*n);
     });
 }
 
@@ -148,9 +154,10 @@ void PrefixCache::adopt_chain(Sequence& s, int state, const std::vector<PrefixNo
     s.indexed_key = chain.back()->key;
     s.cached_tokens = s.num_computed;
     hit_tokens_ += s.cached_tokens;
-    for (size_t i = 0; i < chain.size(); ++i) {
-        bool last = i + 1 == chain.size();
-        count_hit(*chain[i], geometry_.span_tokens - (last ? replay_tokens_ : 0));
+    int64_t spared = s.cached_tokens;  // credited to the spans in order: the replayed tail is the last's
+    for (PrefixNode* n : chain) {
+        count_hit(*n, std::min(spared, geometry_.span_tokens));
+        spared -= std::min(spared, geometry_.span_tokens);
     }
 }
 

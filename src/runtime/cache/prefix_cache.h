@@ -83,6 +83,7 @@ private:
     std::vector<PrefixKey> chain_keys(const Sequence& s) const;
     bool has_carries(const PrefixNode& n) const;
     bool usable(const PrefixNode& n) const;
+    bool host_usable(const PrefixNode& n) const;
     bool unused(const PrefixNode& n) const;
     bool restore_to_device(PrefixNode& n);
     bool restore_carries(PrefixNode& n, int state, int64_t boundary);

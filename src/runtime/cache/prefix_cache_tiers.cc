@@ -199,6 +199,7 @@ void PrefixCache::poll() {
             }
             host_->release(n->host_slot);
             n->host_slot = -1;
+            n->written_below = false;  // it was not there after all
             index_.set_host(*n, PrefixNode::HostState::kNone);
             index_.erase_if_unused(*n);
         }
@@ -234,9 +235,12 @@ void PrefixCache::on_step_done(bool ok) {
 
 void PrefixCache::write_back_all(int timeout_ms) {
     if (host_ == nullptr || (disk_ == nullptr && remote_ == nullptr)) return;
-    for (;;) {  // device spans pass through host slots, as many at a time as there are free
+    for (BlobTier* tier : {disk_.get(), remote_.get()})  // reads in flight give their slots back
+        if (tier) tier->drain(timeout_ms);
+    poll();
+    for (;;) {  // device spans pass through host slots, as many at a time as there are
         std::vector<PrefixKey> batch;
-        for (int64_t room = host_->count() - host_->in_use(); room > 0; --room) {
+        while (static_cast<int64_t>(batch.size()) < host_->count()) {
             PrefixNode* n = index_.least_recent([](const PrefixNode& c) {
                 return c.on_device && c.host == PrefixNode::HostState::kNone && !c.written_below && !c.tokens.empty();
             });
