@@ -49,6 +49,8 @@ struct CachedModel {
     }
 };
 
+inline void PrintTo(const CachedModel& m, std::ostream* os) { *os << m.name; }
+
 inline std::vector<CachedModel> cached_models() {
     return {
         {"v4_tiny", make_model_dir("v4/v4_tiny_a", 1024), 1024, 5 * 15 + 1, 4, 150},
