@@ -54,8 +54,8 @@ int64_t prefix_span(const CacheLayout& layout, int block_size);
 // Floats of the carries a sequence needs at a span boundary (all layers).
 int64_t carry_snapshot_floats(const CacheLayout& layout);
 
-// Carry snapshot slots of a cache (0 when the layout carries nothing across a boundary): two and
-// one per two prefix spans the block pools can hold.
+// Carry snapshot slots of a cache (0 when the layout carries nothing across a boundary): one per
+// prefix span the block pools can hold.
 int64_t carry_snapshot_slots(const CacheLayout& layout, const CacheSizing& s);
 
 class HybridCache final : public SequenceCache, public PrefixBlocks {

@@ -1,5 +1,6 @@
 #include "runtime/cache/prefix_blob.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -29,10 +30,16 @@ Header read_header(const std::byte* blob) {
     return h;
 }
 
+// Where the payload starts: after the header and the tokens, on a 64-byte boundary.
+int64_t payload_start(int64_t span_tokens) {
+    int64_t head = static_cast<int64_t>(sizeof(Header)) + span_tokens * int64_t{sizeof(int32_t)};
+    return (head + 63) / 64 * 64;
+}
+
+// Of everything before the payload (the tokens and the zero padding too) but the checksum itself.
 uint64_t header_checksum(const std::byte* blob, int64_t span_tokens) {
     std::vector<std::byte> bytes(blob, blob + offsetof(Header, header_checksum));
-    const std::byte* tokens = blob + sizeof(Header);
-    bytes.insert(bytes.end(), tokens, tokens + span_tokens * int64_t{sizeof(int32_t)});
+    bytes.insert(bytes.end(), blob + sizeof(Header), blob + payload_start(span_tokens));
     return checksum64(bytes);
 }
 
@@ -43,10 +50,7 @@ BlobLayout::BlobLayout(const model::PrefixGeometry& g)
     for (int i = 0; i < 2; ++i) group_bytes[i] = g.blocks_per_span[i] * g.block_bytes[i];
 }
 
-int64_t BlobLayout::payload_offset() const {
-    int64_t head = static_cast<int64_t>(sizeof(Header)) + span_tokens * int64_t{sizeof(int32_t)};
-    return (head + 63) / 64 * 64;
-}
+int64_t BlobLayout::payload_offset() const { return payload_start(span_tokens); }
 
 std::byte* BlobLayout::block(std::byte* blob, int g, int64_t i) const {
     return blob + payload_offset() + (g == 1 ? group_bytes[0] : 0) + i * block_bytes[g];
@@ -62,6 +66,8 @@ void begin_blob(std::byte* blob, const BlobLayout& layout, const BlobInfo& info)
     h.payload_bytes = layout.group_bytes[0] + layout.group_bytes[1] + (info.has_carries ? layout.carry_bytes : 0);
     std::memcpy(blob, &h, sizeof(h));
     std::memcpy(blob + sizeof(Header), info.tokens.data(), info.tokens.size_bytes());
+    std::byte* tokens_end = blob + sizeof(Header) + info.tokens.size_bytes();
+    std::fill(tokens_end, blob + layout.payload_offset(), std::byte{0});
 }
 
 int64_t seal_blob(std::byte* blob, const BlobLayout& layout) {
@@ -75,8 +81,7 @@ int64_t seal_blob(std::byte* blob, const BlobLayout& layout) {
 
 int64_t blob_bytes(const std::byte* blob) {
     Header h = read_header(blob);
-    int64_t head = static_cast<int64_t>(sizeof(Header)) + h.span_tokens * int64_t{sizeof(int32_t)};
-    return (head + 63) / 64 * 64 + h.payload_bytes;
+    return payload_start(h.span_tokens) + h.payload_bytes;
 }
 
 bool blob_has_carries(const std::byte* blob) { return read_header(blob).has_carries != 0; }
