@@ -156,6 +156,10 @@ json run_column(const Options& o, const std::string& column, const bench::Worklo
     }
     bench::PassResult p2 = w.run(*engine);
     out["pass2"] = pass_json(p2, s1, engine->stats());
+    json per_tier = json::object();  // a counter track: tokens each tier spared in pass 2
+    for (const auto& t : out["pass2"]["tiers"]) per_tier[t["tier"].get<std::string>()] = t["hit_tokens"];
+    trace.push_back({{"name", w.shape().name + " hit tokens per tier"}, {"ph", "C"}, {"ts", p2.seconds * 1e6},
+                     {"pid", column}, {"args", per_tier}});
     for (const auto& r : p2.requests)
         trace.push_back({{"name", w.shape().name + " u" + std::to_string(r.user) + " t" + std::to_string(r.turn)},
                          {"cat", column}, {"ph", "X"}, {"ts", r.start_s * 1e6}, {"dur", (r.end_s - r.start_s) * 1e6},
