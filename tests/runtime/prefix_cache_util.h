@@ -55,7 +55,8 @@ inline std::vector<CachedModel> cached_models() {
     return {
         {"v4_tiny", make_model_dir("v4/v4_tiny_a", 1024), 1024, 5 * 15 + 1, 4, 150},
         {"v41_tiny", make_model_dir("v41/v41_tiny_a", 512), 512, 9 * 7 + 1, 4, 130},
-        {"nano", std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-nano", 4096, 6 * 63 + 1, 16, 600},
+        // Next to tests/data, so a copy of the tree elsewhere (the GPU machine) finds it too.
+        {"nano", data_path("../../models/deepinfer-nano"), 4096, 6 * 63 + 1, 16, 600},
     };
 }
 
