@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/error.h"
 #include "tests/runtime/prefix_cache_util.h"
 
 namespace deepinfer::test {
@@ -160,6 +161,26 @@ TEST_F(PrefixCacheFaults, RedisRestartedMidRun) {
     EXPECT_EQ(remote.hit_tokens, 0);
     EXPECT_GT(remote.errors, 0);
     EXPECT_GT(remote.writes, 0);  // after the store came back
+}
+
+}  // namespace
+}  // namespace deepinfer::test
+
+namespace deepinfer::test {
+namespace {
+
+// A replay shorter than the window cannot refill the rings: with the prefix cache on, such an
+// engine is refused (V4 as well as V4.1), and accepted with the cache off.
+TEST(PrefixCacheConfig, ReplayMustCoverTheWindowPlusRollback) {
+    for (const CachedModel& m : {cached_models()[0], cached_models()[1]}) {
+        SCOPED_TRACE(m.name);
+        EngineConfig c = m.config(true);
+        c.model.swa_replay_tokens = 6;  // windows are 16 and 8
+        c.model.rollback_tokens = 3;
+        EXPECT_THROW(Engine::create(c), Error);
+        c.cache.prefix.enabled = false;
+        if (m.name == "v4_tiny") EXPECT_NO_THROW(Engine::create(c));  // V4 has no decoder replay to check
+    }
 }
 
 }  // namespace
