@@ -72,6 +72,20 @@ Timing run_request(Engine& engine, std::vector<int32_t> prompt, int output_len, 
     return t;
 }
 
+// Hit rate and tokens reused per tier, with each tier's read-back bandwidth.
+nlohmann::json prefix_cache_json(const PrefixCacheStats& p) {
+    nlohmann::json tiers = nlohmann::json::array();
+    for (const auto& t : p.tiers)
+        tiers.push_back({{"tier", t.tier}, {"hit_spans", t.hit_spans}, {"hit_tokens", t.hit_tokens},
+                         {"hit_rate", p.lookup_tokens > 0 ? static_cast<double>(t.hit_tokens) / p.lookup_tokens : 0.0},
+                         {"bytes_read", t.bytes_read},
+                         {"read_gbps", t.read_seconds > 0 ? t.bytes_read / t.read_seconds / 1e9 : 0.0},
+                         {"evictions", t.evictions}, {"errors", t.errors}});
+    return {{"enabled", p.enabled}, {"span_tokens", p.span_tokens}, {"lookup_tokens", p.lookup_tokens},
+            {"hit_tokens", p.hit_tokens},
+            {"hit_rate", p.lookup_tokens > 0 ? static_cast<double>(p.hit_tokens) / p.lookup_tokens : 0.0}, {"tiers", tiers}};
+}
+
 }  // namespace
 
 int run_bench(BenchOptions& o, const std::string& log_level) {
@@ -124,7 +138,7 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
         {"output_tokens_per_s", out_tokens / secs},
         {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.9)}, {"p99", percentile(ttft, 0.99)}}},
         {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p90", percentile(tpot, 0.9)}, {"p99", percentile(tpot, 0.99)}}},
-        {"engine_steps", st.steps}, {"preemptions", st.preemptions}};
+        {"engine_steps", st.steps}, {"preemptions", st.preemptions}, {"prefix_cache", prefix_cache_json(st.prefix_cache)}};
     if (o.json) {
         std::cout << j.dump() << "\n";
     } else {
@@ -136,6 +150,8 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
         std::printf("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 0.5), percentile(ttft, 0.9), percentile(ttft, 0.99));
         std::printf("TPOT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(tpot, 0.5), percentile(tpot, 0.9), percentile(tpot, 0.99));
         std::printf("engine: %ld steps, %ld preemptions\n", static_cast<long>(st.steps), static_cast<long>(st.preemptions));
+        if (st.prefix_cache.enabled)
+            std::printf("prefix cache: %.1f%% of prompt tokens reused\n", 100 * j["prefix_cache"]["hit_rate"].get<double>());
     }
     return failed ? 1 : 0;
 }

@@ -38,6 +38,23 @@ std::string default_model_dir() {
     return (std::filesystem::path(buf).parent_path() / "../../models/deepinfer-nano").lexically_normal().string();
 }
 
+namespace {
+
+void add_prefix_cache_options(CLI::App* cmd, EngineFlags& f) {
+    PrefixCacheConfig& p = f.config.cache.prefix;
+    cmd->add_flag("--prefix-cache,!--no-prefix-cache", f.prefix_cache,
+                  "keep block-aligned prompt prefixes after requests finish and reuse them (default on)");
+    cmd->add_option("--host-cache-memory", f.host_cache_memory,
+                    "prefix cache in host memory (page-locked on a GPU), e.g. 16GiB (default 0 = none)");
+    cmd->add_option("--disk-cache-dir", p.disk_dir, "prefix cache directory on a local disk (kept across restarts)");
+    cmd->add_option("--disk-cache-size", f.disk_cache_size, "size cap of --disk-cache-dir (default 16GiB)");
+    cmd->add_option("--redis-url", p.remote_url, "prefix cache shared by engines in Redis, e.g. redis://127.0.0.1:6379");
+    cmd->add_option("--redis-timeout-ms", p.remote_timeout_ms, "give up on a Redis operation after this long")
+        ->check(CLI::PositiveNumber);
+}
+
+}  // namespace
+
 void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     auto& c = f.config;
     cmd->add_option("--model", c.model.path, "HF model directory (default: the bundled deepinfer-nano)");
@@ -58,8 +75,10 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--swa-replay-tokens", c.model.swa_replay_tokens,
                     "DeepSeek-V4.1: layers after the last KV source prefill only the last N prompt tokens (0 = off)")
         ->check(CLI::NonNegativeNumber);
-    cmd->add_flag("--no-prefix-sharing", f.no_prefix_sharing,
-                  "DeepSeek-V4.1: do not take prompt prefixes from resident sequences (encoder replay)");
+    cmd->add_option("--block-size", c.cache.block_size, "compressed entries per cache block (prefixes are cached in "
+                                                         "spans of block size x the largest compression rate)")
+        ->check(CLI::PositiveNumber);
+    add_prefix_cache_options(cmd, f);
     cmd->add_option("--rollback-tokens", c.model.rollback_tokens,
                     "tokens a step may later roll back; --swa-replay-tokens must cover the window plus these")
         ->check(CLI::NonNegativeNumber);
@@ -71,7 +90,9 @@ EngineConfig finish_engine_config(EngineFlags& f, const std::string& log_level) 
     DI_CHECK(std::filesystem::is_directory(c.model.path), "model directory {} does not exist", c.model.path);
     c.cache.memory_bytes = parse_bytes(f.cache_memory);
     c.scheduler.async_scheduling = !f.no_async;
-    c.cache.prefix_sharing = !f.no_prefix_sharing;
+    c.cache.prefix.enabled = f.prefix_cache;
+    c.cache.prefix.host_bytes = f.host_cache_memory == "0" ? 0 : parse_bytes(f.host_cache_memory);
+    c.cache.prefix.disk_bytes = parse_bytes(f.disk_cache_size);
     c.log_level = log_level;
     return c;
 }

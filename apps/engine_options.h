@@ -14,7 +14,9 @@ struct EngineFlags {
     EngineConfig config;
     std::string cache_memory = "2GiB";
     bool no_async = false;
-    bool no_prefix_sharing = false;
+    bool prefix_cache = true;
+    std::string host_cache_memory = "0";
+    std::string disk_cache_size = "16GiB";
 };
 
 void add_engine_options(CLI::App* cmd, EngineFlags& flags);

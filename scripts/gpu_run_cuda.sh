@@ -3,7 +3,8 @@
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on >= 5B random checkpoints, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
-# `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh ab SET...` then times kernel
+# `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh prefix` then runs the prefix-cache
+# benchmark; `gpu_run_cuda.sh ab SET...` then times kernel
 # variants; `gpu_run_cuda.sh profile` runs the tests, then only our benchmark with a per-op profile
 # of one decode step per batch size and the per-kernel times of one batch-1 step (Nsight Compute,
 # scripts/ncu_kernel_table.py).
@@ -25,6 +26,10 @@ step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*
 step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='Engine*'
 step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
+# Hits from the device pool, host memory (side-stream copies), the disk and Redis give the same
+# tokens and logprobs bit for bit as without the cache (the Redis cases skip without redis-server).
+step prefix cache exactness and faults on CUDA
+DEEPINFER_TEST_DEVICE=cuda run 300 $bin/prefix_cache_tests
 [ "${1:-}" = tests ] && exit 0
 # Benchmark checkpoints (make_random_v4 presets): gpu-5b (5.9B, small layers, 12 of them) and
 # flash-dims (8.7B, V4-Flash's layer sizes); PRESETS="..." picks some.
@@ -42,6 +47,25 @@ if [ "${1:-}" = ab ]; then
         run 300 $bin/bench_forward --model "/tmp/ckpt-$p" --device cuda --prompt 16 --batch 1,8 --decode-steps 16 \
             --graphs both "${variant_args[@]}"
     done
+    exit 0
+fi
+# `gpu_run_cuda.sh prefix`: after the tests, the prefix-cache benchmark on flash-dims (multi-turn
+# chat and a shared system prompt; cache off / device / +dram / +disk / +redis when redis-server
+# is there), JSON and a Chrome trace into $OUT.
+if [ "${1:-}" = prefix ]; then
+    make_checkpoint flash-dims
+    redis_args=()
+    if command -v redis-server >/dev/null; then
+        redis-server --port 6399 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --pidfile /tmp/prefix-redis.pid
+        sleep 1
+        redis_args=(--redis-url redis://127.0.0.1:6399)
+    fi
+    step "prefix cache bench (flash-dims)"
+    run 600 $bin/bench_prefix_cache --model /tmp/ckpt-flash-dims --device cuda --block-size 8 --users 16 --turns 4 \
+        --system-len 4096 --message-len 128 --output-len 32 --concurrency 4 --cache-memory 8GiB \
+        --small-cache-memory 64MiB --host-cache-memory 16GiB --disk-dir /tmp/prefix-bench "${redis_args[@]}" \
+        --json "${OUT:-/tmp}/prefix_bench.json" --trace "${OUT:-/tmp}/prefix_trace.json"
+    [ -f /tmp/prefix-redis.pid ] && kill "$(cat /tmp/prefix-redis.pid)"
     exit 0
 fi
 if [ "${1:-}" = profile ]; then

@@ -18,14 +18,26 @@ struct ModelConfig {
     int rollback_tokens = 0;  // tokens a step may later take back (speculative drafts)
 };
 
+// Prefix caching: block-aligned prompt prefixes (compressed KV of every layer group and the
+// compressor carries at the prefix's end) kept after requests finish, in tiers: the device cache
+// pool, host memory, a local disk directory, a remote store shared by engines. A hit recomputes
+// only the last ModelConfig::swa_replay_tokens positions to refill the sliding-window rings.
+struct PrefixCacheConfig {
+    bool enabled = true;
+    int64_t host_bytes = 0;     // host (DRAM) tier; 0 = none (a small staging area when disk or remote is on)
+    std::string disk_dir;       // disk tier directory (empty = none); entries survive restarts
+    int64_t disk_bytes = 16LL << 30;  // disk tier size cap
+    std::string remote_url;     // remote store, e.g. redis://127.0.0.1:6379 (empty = none)
+    int remote_timeout_ms = 500;  // per remote operation (connect, get, set)
+    int fetch_timeout_ms = 2000;  // a queued request waits at most this for its prefix read-back
+};
+
 struct CacheConfig {
     int max_sequences = 64;           // concurrent sequences (fixed per-sequence state slots)
     int64_t memory_bytes = 2LL << 30; // compressed-entry pools (+ rings and carries), in bytes
     int block_size = 64;              // compressed entries per block
     int max_model_len = 0;            // 0 = the model's max_position_embeddings (or what the cache holds, if less)
-    // Share block-aligned prompt prefixes with resident sequences (models that rebuild window
-    // rings over a shared prefix, i.e. DeepSeek-V4.1 with swa_replay_tokens > 0).
-    bool prefix_sharing = true;
+    PrefixCacheConfig prefix;
 };
 
 struct SchedulerConfig {

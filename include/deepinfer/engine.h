@@ -35,10 +35,35 @@ public:
     virtual void set_listener(std::function<void()> listener) = 0;
 };
 
+// One tier of the prefix cache: "device" (the cache pool), "host" (DRAM), "disk", "remote".
+struct PrefixCacheTierStats {
+    std::string tier;
+    int64_t hit_spans = 0;    // cached spans that admitted sequences took from this tier
+    int64_t hit_tokens = 0;   // prompt tokens those spans spared (not computed)
+    int64_t entries = 0, bytes = 0, capacity_bytes = 0;  // held now (-1: the tier cannot tell)
+    // Read-back: bytes_read / read_seconds is the tier's read bandwidth as the cache saw it.
+    int64_t reads = 0, bytes_read = 0;
+    double read_seconds = 0;
+    int64_t writes = 0, bytes_written = 0, dropped_writes = 0;
+    double write_seconds = 0;
+    int64_t evictions = 0;
+    int64_t errors = 0;  // unusable entries (corrupt, truncated), failed I/O, an unreachable store
+};
+
+struct PrefixCacheStats {
+    bool enabled = false;
+    int64_t span_tokens = 0;    // prefixes are cached in multiples of this many tokens
+    int64_t replay_tokens = 0;  // positions recomputed after a hit to refill the window rings
+    int64_t lookup_tokens = 0;  // prompt tokens of admitted sequences (hit rate = hit_tokens / this)
+    int64_t hit_tokens = 0;     // of those, taken from the cache (all tiers)
+    std::vector<PrefixCacheTierStats> tiers;  // device, then host, disk, remote where enabled
+};
+
 struct EngineStats {
     int64_t requests_waiting = 0, requests_running = 0, requests_finished = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
-    int64_t prefix_tokens_reused = 0;  // prompt positions taken from another sequence's cached prefix
+    int64_t prefix_tokens_reused = 0;  // prompt positions taken from the prefix cache (= prefix_cache.hit_tokens)
+    PrefixCacheStats prefix_cache;
     double cache_usage = 0;  // fraction of cache blocks / sequence slots in use
     int64_t cache_bytes = 0;
     std::vector<std::pair<std::string, int64_t>> cache_bytes_by_kind;  // rings, carries, entries per group

@@ -41,6 +41,9 @@ struct RequestEvent {
     bool finished = false;     // every sequence has finished
     std::string error;         // set with FinishReason::kError
     int prompt_tokens = 0;
+    // Prompt tokens taken from the prefix cache instead of being computed (the most of the
+    // request's sequences); OpenAI usage.prompt_tokens_details.cached_tokens.
+    int cached_tokens = 0;
     int completion_tokens = 0; // over all sequences so far
     double time_to_first_token_s = -1;  // set once the first token exists
 };

@@ -7,6 +7,7 @@
 // Per-sequence cached state (sliding-window rings, compressor carries, compressed-entry blocks)
 // is memory owned by the caller and described by the structs below; the ops read and append to
 // it. All positions are absolute token positions within a sequence.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -154,6 +155,12 @@ struct ExpertWeights {
     Tensor w1, w3, w2;
 };
 
+// A contiguous region of a device tensor and host memory of its size (Backend::transfer_*).
+struct HostTransfer {
+    Tensor device;
+    std::byte* host = nullptr;
+};
+
 // How exactly matmul treats fp32 activations against bf16 weights where the device would round
 // them: kFast keeps ~16 mantissa bits (plenty for smooth models), kFp32 all 24 (for models whose
 // QAT fake quantisation turns tiny differences into different rounding decisions).
@@ -192,6 +199,15 @@ public:
     // A device copy of a host tensor (may alias it when the device is the host).
     virtual Tensor upload(const Tensor& host) = 0;
     virtual void download(const Tensor& src, void* host_dst) = 0;
+    // Host memory for transfers (page-locked on a GPU, so its copies run asynchronously).
+    virtual Tensor host_buffer(int64_t bytes) { return Tensor::empty(DType::kU8, {bytes}); }
+    // Copies on the backend's transfer queue (a side stream on a GPU, so they overlap compute),
+    // ordered after the work queued so far; work queued later waits for them. The host side of
+    // transfer_to_host is complete, and host memory given to transfer_to_device may change again,
+    // once sync_transfers() returns. Here the device is the host: plain copies.
+    virtual void transfer_to_host(std::span<const HostTransfer> copies);
+    virtual void transfer_to_device(std::span<const HostTransfer> copies);
+    virtual void sync_transfers() {}
 
     // --- dense ops ----------------------------------------------------------------------------
     // out[N, hc, D] = table[ids] repeated over hc streams (table bf16 or fp32 [V, D]).

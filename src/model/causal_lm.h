@@ -4,6 +4,7 @@
 // per architecture (archs/); load_causal_lm() picks it from config.json's model_type.
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -13,6 +14,31 @@
 #include "kernels/backend.h"
 
 namespace deepinfer::model {
+
+// Copies of cached state that prefix caching (runtime/cache) queues with a step; the step's
+// thread runs them before the forward, in the order of the fields: carries saved at a prefix
+// boundary (before the sequence moves past it), evicted blocks copied out (before their blocks
+// are reused), restored blocks copied in, carries restored into a sequence taking a prefix.
+struct CacheTransfers {
+    // A sequence's compressor carries at a block-aligned boundary <-> a snapshot slot.
+    struct Carry {
+        int state = 0;
+        int64_t boundary = 0;
+        int slot = 0;
+    };
+    // One block of a group (all layers), or with group kCarrySlot one carry snapshot slot, <->
+    // host memory of PrefixGeometry's size for it.
+    struct Host {
+        int group = 0;
+        int32_t index = 0;
+        std::byte* host = nullptr;
+    };
+    static constexpr int kCarrySlot = -1;
+    std::vector<Carry> carry_saves;
+    std::vector<Host> to_host, to_device;
+    std::vector<Carry> carry_restores;
+    bool empty() const { return carry_saves.empty() && to_host.empty() && to_device.empty() && carry_restores.empty(); }
+};
 
 // One forward step: new tokens of several sequences, flattened.
 struct Batch {
@@ -31,6 +57,8 @@ struct Batch {
     // Per sequence (empty = none): positions below this already have compressed state in the
     // cache (a shared prefix); their rows only rebuild window rings (encoder replay).
     std::vector<int64_t> compressed_until;
+    // Prefix-cache copies the step runs before its forward (see CacheTransfers).
+    CacheTransfers transfers;
 
     // Appends positions [start, start + count) of a sequence whose tokens so far are `tokens`
     // (its slice, ids and context); logit rows and prompt lengths are the caller's.
@@ -57,6 +85,8 @@ struct CacheSizing {
     int64_t tokens_per_seq = 0;  // what each of max_seqs sequences can hold at once (informational)
 };
 
+class PrefixBlocks;
+
 // Per-sequence cached state. Not thread-safe: the engine thread owns it.
 class SequenceCache {
 public:
@@ -77,14 +107,50 @@ public:
     virtual std::vector<std::pair<std::string, int64_t>> bytes_by_kind() const = 0;
     // Tokens one sequence could hold with the whole pool to itself.
     virtual int64_t token_capacity() const = 0;
-    // Prefix sharing: prefixes whose length is a multiple of prefix_alignment() (0 = none) can
-    // give a fresh slot `dst` the compressed state `src` holds for its first num_tokens
-    // positions (window rings not included). False, changing nothing, when that is not possible.
-    virtual int64_t prefix_alignment() const { return 0; }
-    virtual bool share_prefix(int src, int dst, int64_t num_tokens) {
-        (void)src, (void)dst, (void)num_tokens;
-        return false;
-    }
+    // Block-level access for prefix caching; null when the cache has no shareable blocks.
+    virtual PrefixBlocks* prefix_blocks() { return nullptr; }
+};
+
+// The shape of what a cached prefix holds: every block group's blocks of block-aligned token
+// spans, and the compressor carries at a span's end.
+struct PrefixGeometry {
+    int64_t span_tokens = 0;                 // prefixes are multiples of this (0 = none can be kept)
+    std::array<int64_t, 2> blocks_per_span{};  // per block group
+    std::array<int64_t, 2> block_bytes{};      // one block of a group, all its layers
+    int64_t carry_bytes = 0;  // one carry snapshot (0: nothing is carried across a boundary)
+    // A step may end this many positions past a boundary and still save the carries at it
+    // (the carry rings still hold the rows); large when carry_bytes is 0.
+    int64_t carry_slack = 0;
+    int carry_slots = 0;  // snapshot slots on the device
+};
+
+// What the copies of CacheTransfers moved so far, and the time they took (with waiting for a
+// device's transfer queue).
+struct TransferTotals {
+    int64_t copies_to_host = 0, bytes_to_host = 0, copies_to_device = 0, bytes_to_device = 0;
+    double seconds_to_host = 0, seconds_to_device = 0;
+};
+
+// What prefix caching needs from a cache of compressed entries: block-aligned prefixes shared by
+// reference count (entries are append-only, so a full block is never written again), carry
+// snapshots, and copies of both to and from host memory (CacheTransfers).
+class PrefixBlocks {
+public:
+    virtual ~PrefixBlocks() = default;
+    virtual const PrefixGeometry& prefix_geometry() const = 0;
+    virtual std::span<const int32_t> blocks_of(int state, int group) const = 0;
+    virtual void retain_block(int group, int32_t block) = 0;
+    // Drops a reference; the block is free again after the last.
+    virtual void release_block(int group, int32_t block) = 0;
+    virtual int block_refs(int group, int32_t block) const = 0;
+    virtual int64_t free_block_count(int group) const = 0;
+    // `n` free blocks with one reference each; false, taking none, when the pool is short.
+    virtual bool allocate_blocks(int group, int64_t n, std::vector<int32_t>& out) = 0;
+    // Appends `blocks` (one more reference each) to the table of `state`, which must be empty.
+    virtual void adopt_blocks(int state, int group, std::span<const int32_t> blocks) = 0;
+    // Runs the copies on the thread that runs steps.
+    virtual void run_transfers(const CacheTransfers& t) = 0;
+    virtual TransferTotals transfer_totals() const = 0;
 };
 
 class CausalLm {
@@ -112,8 +178,10 @@ public:
         return false;
     }
     // Whether forward() rebuilds window rings over a shared compressed prefix
-    // (Batch::compressed_until): what prefix sharing needs.
+    // (Batch::compressed_until): what prefix caching needs.
     virtual bool rebuilds_windows() const { return false; }
+    // The sliding window the replay after a prefix hit must cover (0 = none).
+    virtual int sliding_window() const { return 0; }
 };
 
 // Loads the model in `dir` (config.json model_type decides the architecture).

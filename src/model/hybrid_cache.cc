@@ -28,10 +28,37 @@ int64_t floats_per_block(const CacheLayout& c, int group, int block_size) {
 
 }  // namespace
 
+int64_t carry_snapshot_floats(const CacheLayout& c) {
+    int64_t f = 0;
+    for (const auto& l : c.layers) f += l.boundary_carry_rows * l.carry[1] + l.boundary_index_carry_rows * l.index_carry[1];
+    return f;
+}
+
+int64_t prefix_span(const CacheLayout& c, int block_size) {
+    int64_t align = 0;
+    for (int g = 0; g < kBlockGroups; ++g)
+        if (c.rates[g] > 0) align = std::max<int64_t>(align, static_cast<int64_t>(c.rates[g]) * block_size);
+    for (int g = 0; g < kBlockGroups; ++g)  // every group's entries must end on a block boundary
+        if (c.rates[g] > 0 && align % (static_cast<int64_t>(c.rates[g]) * block_size) != 0) return 0;
+    return align;
+}
+
 int64_t cache_bytes(const CacheLayout& c, const CacheSizing& s) {
     int64_t floats = fixed_floats_per_sequence(c, s.ring_slack) * s.max_seqs;
     for (int g = 0; g < kBlockGroups; ++g) floats += floats_per_block(c, g, s.block_size) * s.blocks[g];
+    floats += carry_snapshot_slots(c, s) * carry_snapshot_floats(c);
     return floats * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t carry_snapshot_slots(const CacheLayout& c, const CacheSizing& s) {
+    int64_t span = prefix_span(c, s.block_size);
+    if (span == 0 || carry_snapshot_floats(c) == 0) return 0;
+    int64_t spans = INT64_C(1) << 40;
+    for (int g = 0; g < kBlockGroups; ++g)
+        if (c.rates[g] > 0) spans = std::min(spans, s.blocks[g] / (span / c.rates[g] / s.block_size));
+    // One per span the pools hold: a span that lost its carries cannot end a hit, on the device
+    // or in a tier below (they are small next to a span's blocks: ~1% at V4-Flash's sizes).
+    return std::max<int64_t>(1, spans);
 }
 
 CacheSizing cache_for_memory(const CacheLayout& c, int max_seqs, int64_t memory_bytes, int block_size) {
@@ -62,7 +89,7 @@ CacheSizing cache_for_tokens(const CacheLayout& c, int max_seqs, int64_t max_tok
 }
 
 HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const CacheSizing& sizing)
-    : layout_(std::move(layout)), sizing_(sizing) {
+    : backend_(backend), layout_(std::move(layout)), sizing_(sizing) {
     DI_CHECK(sizing.max_seqs > 0 && sizing.block_size > 0, "cache: max_seqs and block_size must be positive");
     ring_slots_ = slots_for(layout_, sizing.ring_slack);
     int64_t n = sizing.max_seqs, bs = sizing.block_size;
@@ -74,6 +101,11 @@ HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const Ca
         st.ring = backend.empty(DType::kF32, {n, ring_slots_, layout_.head_dim});  // read only where written
         st.carry = carry(l.carry);
         st.index_carry = carry(l.index_carry);
+        int64_t slots = carry_snapshot_slots(layout_, sizing);
+        if (slots > 0 && l.boundary_carry_rows > 0)
+            st.carry_snapshots = backend.empty(DType::kF32, {slots, l.boundary_carry_rows, l.carry[1]});
+        if (slots > 0 && l.boundary_index_carry_rows > 0)
+            st.index_carry_snapshots = backend.empty(DType::kF32, {slots, l.boundary_index_carry_rows, l.index_carry[1]});
         if (l.group >= 0) {
             DI_CHECK(used(l.group), "cache layout: a layer uses block group {}, which has no rate", l.group);
             if (l.entry_dim > 0) st.entries = backend.empty(DType::kF32, {sizing.blocks[l.group], bs, l.entry_dim});
@@ -88,6 +120,7 @@ HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const Ca
     }
     for (int s = sizing.max_seqs - 1; s >= 0; --s) free_states_.push_back(s);
     bytes_ = cache_bytes(layout_, sizing);
+    prefix_ = plan_prefix_geometry();
 }
 
 int HybridCache::try_add_sequence() {
@@ -146,29 +179,7 @@ bool HybridCache::reserve(int state, int64_t num_tokens) {
     return true;
 }
 
-int64_t HybridCache::prefix_alignment() const {
-    int64_t align = 0;
-    for (int g = 0; g < kBlockGroups; ++g)
-        if (used(g)) align = std::max<int64_t>(align, static_cast<int64_t>(layout_.rates[g]) * sizing_.block_size);
-    for (int g = 0; g < kBlockGroups; ++g)  // every group's entries must end on a block boundary
-        if (used(g) && align % (static_cast<int64_t>(layout_.rates[g]) * sizing_.block_size) != 0) return 0;
-    return align;
-}
-
-bool HybridCache::share_prefix(int src, int dst, int64_t num_tokens) {
-    int64_t align = prefix_alignment();
-    if (align == 0 || num_tokens <= 0 || num_tokens % align != 0) return false;
-    for (int g = 0; g < kBlockGroups; ++g)
-        if (!tables_[g][dst].empty() || blocks_needed(g, num_tokens) > static_cast<int64_t>(tables_[g][src].size()))
-            return false;
-    for (int g = 0; g < kBlockGroups; ++g)
-        for (int64_t i = 0; i < blocks_needed(g, num_tokens); ++i) {
-            int32_t b = tables_[g][src][i];
-            tables_[g][dst].push_back(b);
-            ++refs_[g][b];
-        }
-    return true;
-}
+int64_t HybridCache::prefix_alignment() const { return prefix_span(layout_, sizing_.block_size); }
 
 void HybridCache::describe(Batch& batch) const {
     batch.block_tables.assign(kBlockGroups, {});
@@ -194,7 +205,10 @@ std::vector<std::pair<std::string, int64_t>> HybridCache::bytes_by_kind() const 
         rings += size(l.ring);
         carries += size(l.carry) + size(l.index_carry);
     }
+    int64_t snapshots = 0;
+    for (const auto& l : layers_) snapshots += size(l.carry_snapshots) + size(l.index_carry_snapshots);
     std::vector<std::pair<std::string, int64_t>> kinds = {{"swa_rings", rings}, {"compressor_carries", carries}};
+    if (snapshots > 0) kinds.emplace_back("prefix_carry_snapshots", snapshots);
     for (int g = 0; g < kBlockGroups; ++g)
         if (used(g))
             kinds.emplace_back(layout_.group_names[g] + "_entries",

@@ -32,6 +32,9 @@ struct CacheLayout {
         int64_t index_dim = 0;           // width of the indexer-key pool (0 = none)
         std::array<int64_t, 2> carry{};  // per-sequence carry [rows, cols] (zero = none)
         std::array<int64_t, 2> index_carry{};
+        // Carry rows a sequence still needs at a boundary aligned to the rate: the positions
+        // right before it (slot position % rows). A prefix hit restores them.
+        int64_t boundary_carry_rows = 0, boundary_index_carry_rows = 0;
     };
     int window = 0;            // sliding window of every layer
     int64_t head_dim = 0;      // ring row width
@@ -46,13 +49,23 @@ CacheSizing cache_for_tokens(const CacheLayout& layout, int max_seqs, int64_t ma
 // `max_seqs` sequences hold the same number of tokens (sizing.tokens_per_seq).
 CacheSizing cache_for_memory(const CacheLayout& layout, int max_seqs, int64_t memory_bytes, int block_size);
 int64_t cache_bytes(const CacheLayout& layout, const CacheSizing& s);
+// Token spans whose ends leave every group's entries on a block boundary (0 = none).
+int64_t prefix_span(const CacheLayout& layout, int block_size);
+// Floats of the carries a sequence needs at a span boundary (all layers).
+int64_t carry_snapshot_floats(const CacheLayout& layout);
 
-class HybridCache final : public SequenceCache {
+// Carry snapshot slots of a cache (0 when the layout carries nothing across a boundary): one per
+// prefix span the block pools can hold.
+int64_t carry_snapshot_slots(const CacheLayout& layout, const CacheSizing& s);
+
+class HybridCache final : public SequenceCache, public PrefixBlocks {
 public:
     struct LayerState {
         Tensor ring;                    // [max_seqs, ring_slots, head_dim]
         Tensor carry, index_carry;      // [max_seqs, rows, cols] compressor carries
         Tensor entries, index_entries;  // [blocks, block_size, dim] pools
+        // [snapshot slots, boundary rows, cols]: carries at a prefix boundary (prefix caching)
+        Tensor carry_snapshots, index_carry_snapshots;
     };
 
     HybridCache(CacheLayout layout, kernels::Backend& backend, const CacheSizing& sizing);
@@ -67,8 +80,22 @@ public:
     void describe(Batch& batch) const override;
     // Drops blocks beyond what `num_tokens` positions need (after a rollback or truncation).
     void truncate(int state, int64_t num_tokens);
-    int64_t prefix_alignment() const override;
-    bool share_prefix(int src, int dst, int64_t num_tokens) override;
+    // Prefixes that are multiples of this can be shared (0 = none): every group's entries end
+    // on a block boundary there.
+    int64_t prefix_alignment() const;
+    PrefixBlocks* prefix_blocks() override { return prefix_.span_tokens > 0 ? this : nullptr; }
+
+    // PrefixBlocks (hybrid_cache_prefix.cc).
+    const PrefixGeometry& prefix_geometry() const override { return prefix_; }
+    std::span<const int32_t> blocks_of(int state, int group) const override { return tables_[group][state]; }
+    void retain_block(int group, int32_t block) override;
+    void release_block(int group, int32_t block) override;
+    int block_refs(int group, int32_t block) const override { return refs_[group][block]; }
+    int64_t free_block_count(int group) const override { return free_blocks(group); }
+    bool allocate_blocks(int group, int64_t n, std::vector<int32_t>& out) override;
+    void adopt_blocks(int state, int group, std::span<const int32_t> blocks) override;
+    void run_transfers(const CacheTransfers& t) override;
+    TransferTotals transfer_totals() const override { return totals_; }
 
     LayerState& layer(int l) { return layers_[l]; }
     const CacheLayout& layout() const { return layout_; }
@@ -86,8 +113,14 @@ public:
 private:
     int64_t blocks_needed(int group, int64_t num_tokens) const;
     bool used(int group) const { return layout_.rates[group] > 0; }
+    PrefixGeometry plan_prefix_geometry() const;
+    void copy_carries(const CacheTransfers::Carry& c, bool save);
+    std::vector<kernels::HostTransfer> host_regions(const CacheTransfers::Host& h);
 
+    kernels::Backend& backend_;
     CacheLayout layout_;
+    PrefixGeometry prefix_;
+    TransferTotals totals_;
     CacheSizing sizing_;
     int64_t bytes_ = 0;
     int ring_slots_ = 0;

@@ -108,13 +108,29 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     DI_CHECK(config.scheduler.max_batch_tokens >= 1 && config.scheduler.max_running >= 1,
              "scheduler: max_batch_tokens and max_running must be positive");
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
-    if (cc.prefix_sharing && model_->rebuilds_windows() && mc.swa_replay_tokens > 0)
-        scheduler_->enable_prefix_sharing(mc.swa_replay_tokens);
+    start_prefix_cache();
     executor_ = std::make_unique<StepExecutor>(*model_, *cache_);
     spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
                  model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);
     for (const auto& [kind, bytes] : cache_->bytes_by_kind()) spdlog::info("engine: cache {}: {:.1f} MiB", kind, bytes / 1048576.0);
     thread_ = std::thread([this] { loop(); });
+}
+
+// Prefix caching needs a model that rebuilds window rings after a hit, a replay that covers the
+// window (plus rollback), and a cache with block-aligned spans.
+void EngineImpl::start_prefix_cache() {
+    const ModelConfig& mc = config_.model;
+    const PrefixCacheConfig& pc = config_.cache.prefix;
+    model::PrefixBlocks* blocks = cache_->prefix_blocks();
+    if (!pc.enabled || !model_->rebuilds_windows() || mc.swa_replay_tokens <= 0 || blocks == nullptr) return;
+    int window = model_->sliding_window();
+    DI_CHECK(mc.swa_replay_tokens >= window + mc.rollback_tokens,
+             "prefix caching replays {} tokens after a hit, which does not cover the sliding window ({}) plus the "
+             "rollback depth ({}): use --swa-replay-tokens >= {} (or turn prefix caching off)",
+             mc.swa_replay_tokens, window, mc.rollback_tokens, window + mc.rollback_tokens);
+    uint64_t space = prefix_namespace(mc.path, backend_->name(), blocks->prefix_geometry());
+    prefix_cache_ = std::make_unique<PrefixCache>(pc, mc.swa_replay_tokens, space, *blocks, *backend_);
+    scheduler_->set_prefix_cache(prefix_cache_.get());
 }
 
 EngineImpl::~EngineImpl() { shutdown(true); }
@@ -127,6 +143,11 @@ void EngineImpl::shutdown(bool cancel_running) {
     }
     inbox_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    // The engine thread is gone and no step runs: what the cache holds can be written below.
+    if (prefix_cache_) {
+        prefix_cache_->write_back_all(5000);
+        publish_stats();
+    }
 }
 
 std::vector<int32_t> EngineImpl::tokenize(const std::string& text, bool add_special_tokens) const {

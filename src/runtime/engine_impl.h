@@ -15,6 +15,7 @@
 #include "deepinfer/engine.h"
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
+#include "runtime/cache/prefix_cache.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
 #include "runtime/step_executor.h"
@@ -85,6 +86,8 @@ private:
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);
+    void start_prefix_cache();
+    void record_prefixes(const StepPlan& plan, bool ok);
 
     EngineConfig config_;
     std::string name_;
@@ -92,6 +95,7 @@ private:
     std::unique_ptr<model::CausalLm> model_;
     std::shared_ptr<tokenizer::Tokenizer> tokenizer_;
     std::unique_ptr<model::SequenceCache> cache_;
+    std::unique_ptr<PrefixCache> prefix_cache_;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<StepExecutor> executor_;
     int64_t max_model_len_ = 0;

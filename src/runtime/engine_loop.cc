@@ -81,6 +81,7 @@ void EngineImpl::launch(const StepPlan& plan) {
         s->awaiting_sample = c.samples;
     }
     cache_->describe(batch);  // the step must not read tables the planner is appending to
+    if (prefix_cache_) batch.transfers = prefix_cache_->take_transfers();
     executor_->launch(std::move(batch), want_logits, want_argmax);
 }
 
@@ -142,6 +143,7 @@ void EngineImpl::finish_done_requests() {
         }
         bool done = std::all_of(rs->sequences.begin(), rs->sequences.end(), [](const auto& s) { return s->finished(); });
         ev.prompt_tokens = static_cast<int>(rs->request.prompt_tokens.size());
+        for (auto& s : rs->sequences) ev.cached_tokens = std::max(ev.cached_tokens, static_cast<int>(s->cached_tokens));
         ev.completion_tokens = rs->completion_tokens;
         ev.time_to_first_token_s = rs->ttft_s;
         ev.finished = done;
@@ -168,10 +170,22 @@ void EngineImpl::publish_stats() {
     stats_.requests_running = scheduler_->num_running();
     stats_.requests_waiting = scheduler_->num_waiting();
     stats_.preemptions = scheduler_->num_preemptions();
-    stats_.prefix_tokens_reused = scheduler_->prefix_tokens_reused();
+    if (prefix_cache_) {
+        stats_.prefix_cache = prefix_cache_->stats();
+        stats_.prefix_tokens_reused = stats_.prefix_cache.hit_tokens;
+    }
     stats_.cache_usage = cache_->usage();
     stats_.cache_bytes = cache_->bytes();
     if (stats_.cache_bytes_by_kind.empty()) stats_.cache_bytes_by_kind = cache_->bytes_by_kind();
+}
+
+// After a step: its cache copies landed, and the spans its sequences completed join the prefix
+// index (before the next step moves their carries on).
+void EngineImpl::record_prefixes(const StepPlan& plan, bool ok) {
+    if (!prefix_cache_) return;
+    prefix_cache_->on_step_done(ok);
+    if (!ok) return;
+    for (const ScheduledChunk& c : plan.chunks) prefix_cache_->on_computed(*c.seq);
 }
 
 void EngineImpl::fail_everything(const std::string& message) {
@@ -192,14 +206,16 @@ void EngineImpl::loop() {
     std::optional<StepPlan> inflight;
     for (;;) {
         take_inbox(false);
+        if (prefix_cache_) prefix_cache_->poll();
         if (!inflight) {
             finish_done_requests();
             StepPlan plan = scheduler_->schedule(false);
             if (plan.empty()) {
-                {
-                    std::lock_guard<std::mutex> lock(inbox_mutex_);
-                    if (stopping_ && inbox_.empty() && requests_.empty()) break;
-                }
+                std::unique_lock<std::mutex> lock(inbox_mutex_);
+                if (stopping_ && inbox_.empty() && requests_.empty()) break;
+                // Requests wait only for prefix read-back here: look again shortly.
+                if (!requests_.empty()) inbox_cv_.wait_for(lock, std::chrono::milliseconds(1));
+                lock.unlock();
                 take_inbox(requests_.empty());
                 continue;
             }
@@ -210,7 +226,9 @@ void EngineImpl::loop() {
         if (config_.scheduler.async_scheduling) next = scheduler_->schedule(true);
         try {
             commit(*inflight, executor_->wait());
+            record_prefixes(*inflight, true);
         } catch (const std::exception& e) {
+            record_prefixes(*inflight, false);
             fail_everything(e.what());
             inflight.reset();
             continue;

@@ -24,9 +24,11 @@ int64_t StepPlan::num_tokens() const {
 
 void Scheduler::add(Sequence* seq) {
     waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, before), seq);
+    if (prefix_cache_) prefix_cache_->on_waiting(*seq);
 }
 
 void Scheduler::remove(Sequence* seq) {
+    if (prefix_cache_) prefix_cache_->forget(*seq);
     std::erase(waiting_, seq);
     std::erase(running_, seq);
     if (seq->cache_state >= 0) cache_.remove_sequence(seq->cache_state);
@@ -38,7 +40,7 @@ void Scheduler::preempt(Sequence* s) {
     cache_.remove_sequence(s->cache_state);
     s->cache_state = -1;
     s->num_computed = 0;
-    s->window_from = s->compressed_until = 0;
+    s->window_from = s->compressed_until = s->indexed_until = 0;
     ++preemptions_;
     add(s);
 }
@@ -47,7 +49,7 @@ void Scheduler::preempt(Sequence* s) {
 // not in this step. Returns false when `s` must sit this step out (preempted itself, or, with a
 // step in flight, nothing may be preempted yet).
 bool Scheduler::make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool ahead) {
-    while (!cache_.reserve(s->cache_state, upto)) {
+    while (!reserve_evicting(s->cache_state, upto)) {
         if (ahead) {
             needs_sync_ = true;
             return false;
@@ -70,7 +72,7 @@ void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bo
     for (Sequence* s : order) {
         int64_t todo = s->pending();
         if (budget <= 0 || s->cache_state < 0 || todo <= 0 || (todo == 1) != decodes || in_plan(plan, s)) continue;
-        int64_t start = s->length_after_inflight(), count = std::min(todo, budget);
+        int64_t start = s->length_after_inflight(), count = chunk_for(s, start, std::min(todo, budget));
         if (!make_room(s, start + count, plan, ahead)) continue;
         plan.chunks.push_back({s, start, count, count == todo});
         budget -= count;
@@ -80,13 +82,14 @@ void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bo
 void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_running) {
         Sequence* s = waiting_.front();
+        if (!prefix_ready(s)) return;  // its cached prefix is still being read back
         int state = cache_.try_add_sequence();
         if (state < 0) return;
-        take_shared_prefix(s, state);
-        int64_t todo = s->pending(), count = std::min({todo, budget, first_chunk_cap()});
-        if (!cache_.reserve(state, s->num_computed + count)) {  // back-pressure: wait until blocks free up
+        take_cached_prefix(s, state);
+        int64_t todo = s->pending(), count = chunk_for(s, s->num_computed, std::min({todo, budget, first_chunk_cap()}));
+        if (!reserve_evicting(state, s->num_computed + count)) {  // back-pressure: wait until blocks free up
             cache_.remove_sequence(state);
-            s->num_computed = s->window_from = s->compressed_until = 0;
+            drop_cached_prefix(s);
             return;
         }
         s->cache_state = state;
@@ -101,23 +104,25 @@ int64_t Scheduler::first_chunk_cap() const {
     return config_.max_prefill_chunk > 0 ? config_.max_prefill_chunk : std::max(1, config_.max_batch_tokens / 2);
 }
 
-void Scheduler::take_shared_prefix(Sequence* s, int state) {
-    int64_t align = cache_.prefix_alignment();
-    if (replay_tokens_ <= 0 || align <= 0) return;
-    Sequence* donor = nullptr;
-    int64_t best = 0;
-    for (Sequence* r : running_) {
-        int64_t limit = std::min<int64_t>({r->num_computed, s->prompt_len - 1, static_cast<int64_t>(r->tokens.size())});
-        int64_t common = 0;
-        while (common < limit && r->tokens[common] == s->tokens[common]) ++common;
-        common -= common % align;
-        if (common > best) best = common, donor = r;
-    }
-    if (donor == nullptr || best <= replay_tokens_ || !cache_.share_prefix(donor->cache_state, state, best)) return;
-    s->num_computed = best - replay_tokens_;  // the tail the rings need is computed again
-    s->window_from = s->num_computed;
-    s->compressed_until = best;
-    prefix_tokens_reused_ += s->num_computed;
+bool Scheduler::reserve_evicting(int state, int64_t upto) {
+    while (!cache_.reserve(state, upto))
+        if (prefix_cache_ == nullptr || !prefix_cache_->evict_one()) return false;
+    return true;
+}
+
+int64_t Scheduler::chunk_for(const Sequence* s, int64_t start, int64_t count) const {
+    return prefix_cache_ ? prefix_cache_->chunk_count(*s, start, count) : count;
+}
+
+bool Scheduler::prefix_ready(const Sequence* s) const { return prefix_cache_ == nullptr || prefix_cache_->ready(*s); }
+
+void Scheduler::take_cached_prefix(Sequence* s, int state) {
+    if (prefix_cache_) prefix_cache_->take_prefix(*s, state);
+}
+
+void Scheduler::drop_cached_prefix(Sequence* s) {
+    if (prefix_cache_) prefix_cache_->untake_prefix(*s);
+    s->num_computed = s->window_from = s->compressed_until = 0;
 }
 
 StepPlan Scheduler::schedule(bool ahead) {

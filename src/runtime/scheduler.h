@@ -16,6 +16,7 @@
 
 #include "deepinfer/config.h"
 #include "model/causal_lm.h"
+#include "runtime/cache/prefix_cache.h"
 #include "runtime/sequence.h"
 
 namespace deepinfer::runtime {
@@ -48,11 +49,10 @@ public:
     int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
     int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
     int64_t num_preemptions() const { return preemptions_; }
-    // Prefix sharing: a sequence being admitted takes the longest block-aligned prefix of its
-    // prompt that a resident sequence has computed, and recomputes only its last `replay_tokens`
-    // positions to refill the window rings (encoder replay). Needs a model that rebuilds windows.
-    void enable_prefix_sharing(int replay_tokens) { replay_tokens_ = replay_tokens; }
-    int64_t prefix_tokens_reused() const { return prefix_tokens_reused_; }
+    // Prefix caching: queued sequences look up their cached prefix (and wait for its read-back),
+    // admitted ones take it, prefill chunks end where the cache must save carries, and cached
+    // spans nobody uses give their blocks up before a running sequence is preempted.
+    void set_prefix_cache(PrefixCache* cache) { prefix_cache_ = cache; }
 
 private:
     void preempt(Sequence* s);
@@ -61,14 +61,18 @@ private:
     void schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bool decodes);
     int64_t first_chunk_cap() const;
     void admit_waiting(StepPlan& plan, int64_t& budget);
-    void take_shared_prefix(Sequence* s, int state);
+    // Prefix-cache hooks (no-ops without one).
+    bool reserve_evicting(int state, int64_t upto);
+    int64_t chunk_for(const Sequence* s, int64_t start, int64_t count) const;
+    bool prefix_ready(const Sequence* s) const;
+    void take_cached_prefix(Sequence* s, int state);
+    void drop_cached_prefix(Sequence* s);
 
     SchedulerConfig config_;
     model::SequenceCache& cache_;
+    PrefixCache* prefix_cache_ = nullptr;
     std::vector<Sequence*> waiting_, running_;
     int64_t preemptions_ = 0;
-    int replay_tokens_ = 0;  // 0 = no prefix sharing
-    int64_t prefix_tokens_reused_ = 0;
     bool needs_sync_ = false;
 };
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "deepinfer/request.h"
+#include "runtime/cache/prefix_key.h"
 #include "runtime/output_text.h"
 
 namespace deepinfer::runtime {
@@ -32,6 +33,11 @@ struct Sequence {
     // After taking a shared prefix: compressed state exists below compressed_until, the window
     // rings hold nothing below window_from (its tail is recomputed from there: encoder replay).
     int64_t window_from = 0, compressed_until = 0;
+    // Prefix caching: the spans of [0, indexed_until) are in the prefix index (the last one's key
+    // is indexed_key); cached_tokens positions of the prompt were taken from the cache.
+    int64_t indexed_until = 0;
+    PrefixKey indexed_key;
+    int64_t cached_tokens = 0;
     std::unique_ptr<OutputText> text;
     FinishReason finish = FinishReason::kNone;
     bool finished() const { return finish != FinishReason::kNone; }

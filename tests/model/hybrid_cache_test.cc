@@ -66,9 +66,15 @@ TEST(HybridCache, SharedPrefixBlocksAreReferenceCounted) {
     int a = cache.add_sequence(), b = cache.add_sequence();
     ASSERT_TRUE(cache.reserve(a, 40));
     int64_t free0 = cache.free_blocks(0), free1 = cache.free_blocks(1);
-    EXPECT_FALSE(cache.share_prefix(a, b, 36));  // not block-aligned
-    EXPECT_FALSE(cache.share_prefix(a, b, 48));  // more than a holds
-    ASSERT_TRUE(cache.share_prefix(a, b, 32));
+    const PrefixGeometry& g = cache.prefix_geometry();
+    EXPECT_EQ(g.span_tokens, 8);
+    EXPECT_EQ(g.blocks_per_span[0], 1);
+    EXPECT_EQ(g.blocks_per_span[1], 2);
+    EXPECT_EQ(g.carry_bytes, 0);  // pairs do not straddle a span boundary
+    for (int grp = 0; grp < 2; ++grp) {  // b takes a's first 32 positions
+        auto table = cache.blocks_of(a, grp);
+        cache.adopt_blocks(b, grp, table.subspan(0, 4 * g.blocks_per_span[grp]));
+    }
     EXPECT_EQ(cache.free_blocks(0), free0);      // shared, not copied
     EXPECT_EQ(cache.block_table(0, b).size(), 4u);
     EXPECT_EQ(cache.block_table(1, b).size(), 8u);

@@ -170,7 +170,7 @@ TEST(V41ReplayEngine, PrefixSharingReusesCompressedStateExactly) {
         c.cache.memory_bytes = 16 << 20;
         c.cache.max_sequences = 4;
         c.cache.block_size = 4;
-        c.cache.prefix_sharing = sharing;
+        c.cache.prefix.enabled = sharing;
         return Engine::create(c);
     };
     std::mt19937 rng(13);

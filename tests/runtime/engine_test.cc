@@ -191,10 +191,14 @@ TEST_F(EngineTest, PreemptionUnderASmallCacheKeepsResults) {
         auto e = engine(512, 64 << 20, false);
         for (auto [b, n] : kPrompts) alone.push_back(collect(*e->submit(greedy(prompt(b, n), 30))).tokens[0]);
     }
-    auto e = engine(64, 200 << 10, true, 6);  // ~300 tokens of compressed entries for 6 sequences
+    // ~300 tokens of compressed entries for 6 sequences (and the prefix cache's carry snapshots)
+    auto e = engine(64, 240 << 10, true, 6);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (auto [b, n] : kPrompts) streams.push_back(e->submit(greedy(prompt(b, n), 30)));
-    for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], alone[i]) << "request " << i;
+    for (size_t i = 0; i < streams.size(); ++i) {
+        Result r = collect(*streams[i]);
+        EXPECT_EQ(r.tokens[0], alone[i]) << "request " << i << " " << r.error;
+    }
     EXPECT_GT(e->stats().preemptions, 0);
 }
 

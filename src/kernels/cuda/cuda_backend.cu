@@ -250,6 +250,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
     graphs_.reset();
     cudaStreamSynchronize(stream_);
+    destroy_transfer_queue();
     if (staging_ != nullptr) cudaFreeHost(staging_);
     meta_.clear();
     cublasDestroy(cublas_);

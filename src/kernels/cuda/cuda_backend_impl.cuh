@@ -69,6 +69,11 @@ public:
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload(const Tensor& host) override;
     void download(const Tensor& src, void* host_dst) override;
+    // Prefix-cache copies on a side stream (cuda_transfers.cu).
+    Tensor host_buffer(int64_t bytes) override;
+    void transfer_to_host(std::span<const HostTransfer> copies) override;
+    void transfer_to_device(std::span<const HostTransfer> copies) override;
+    void sync_transfers() override;
 
     void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override;
     void matmul(const Tensor& x, const Tensor& w, Tensor& y) override;
@@ -209,6 +214,13 @@ private:
     int device_;
     int sm_count_ = 0;
     cudaStream_t stream_ = nullptr;
+    // The transfer queue: a side stream that waits for the main stream's work queued before a
+    // transfer, and that the main stream waits for before its later work.
+    cudaStream_t copy_stream_ = nullptr;
+    cudaEvent_t main_done_ = nullptr, copies_done_ = nullptr;
+    void begin_transfers();
+    void end_transfers();
+    void destroy_transfer_queue();
     cublasHandle_t cublas_ = nullptr;
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
     std::vector<std::pair<std::vector<char>, Tensor>> meta_;  // recent metadata uploads, oldest first

@@ -1,5 +1,6 @@
 #include "model/archs/deepseek_v4.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -17,6 +18,7 @@ using kernels::Backend;
 struct DeepseekV4Model::StepTensors {
     explicit StepTensors(const Batch& s) : step(s) {}
     const Batch& step;
+    std::vector<kernels::SeqSlice> compressor_seqs;  // the slices without cached-prefix rows
     int64_t n = 0;
     Tensor ids;        // [N] int32
     Tensor positions;  // [N] int64
@@ -60,7 +62,8 @@ CacheLayout v4_cache_layout(const DeepseekV4Config& c) {
         if (t == AttentionType::kCsa) {  // overlapping windows: two windows of kv | gate, c = 2
             int r = c.compress_rate_csa;
             layout.rates[0] = r;
-            l = {0, d, di, {2 * r, 4 * d}, {2 * r, 4 * di}};
+            // At a window boundary the next entry still pools the previous window's rows.
+            l = {0, d, di, {2 * r, 4 * d}, {2 * r, 4 * di}, r, r};
         } else if (t == AttentionType::kHca) {
             int r = c.compress_rate_hca;
             layout.rates[1] = r;
@@ -71,13 +74,26 @@ CacheLayout v4_cache_layout(const DeepseekV4Config& c) {
     return layout;
 }
 
-Tensor DeepseekV4Model::forward_described(const Batch& batch, HybridCache& cache) {
-    for (int64_t c : batch.compressed_until)
-        DI_CHECK(c == 0, "DeepSeek-V4 does not rebuild windows over a shared prefix (Batch::compressed_until)");
-    const Batch& step = batch;
+// The compressors see only positions from Batch::compressed_until on: below it the entries and
+// the carries at the boundary come from a cached prefix, and the rows there only refill the
+// window rings (their replayed values need not equal the original ones).
+std::vector<kernels::SeqSlice> DeepseekV4Model::compressor_slices(const Batch& step) {
+    std::vector<kernels::SeqSlice> seqs = step.seqs;
+    for (size_t s = 0; s < seqs.size() && s < step.compressed_until.size(); ++s) {
+        kernels::SeqSlice& sl = seqs[s];
+        int32_t skip = static_cast<int32_t>(std::clamp<int64_t>(step.compressed_until[s] - sl.start_pos, 0, sl.num_tokens));
+        sl.token_begin += skip;
+        sl.num_tokens -= skip;
+        sl.start_pos += skip;
+    }
+    return seqs;
+}
+
+Tensor DeepseekV4Model::forward_described(const Batch& step, HybridCache& cache) {
     int64_t n = static_cast<int64_t>(step.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
     StepTensors st{step};
     st.n = n;
+    st.compressor_seqs = compressor_slices(step);
     StepInputs in = upload_step_inputs(step, cfg_.vocab_size, backend_);
     st.ids = in.ids;
     st.positions = in.positions;
@@ -191,7 +207,7 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
     ca.overlap = csa;
     ca.carry = ls.carry;
     ca.out = &entries;
-    backend_.compressor_update(st.step.seqs, ca);
+    backend_.compressor_update(st.compressor_seqs, ca);
     args.entries = &entries;
     if (!csa) {
         args.compressed = AttentionArgs::Compressed::kAllVisible;
@@ -209,7 +225,7 @@ void DeepseekV4Model::compressed_keys(int l, StepTensors& st, HybridCache& cache
     ia.dim = static_cast<int>(di);
     ia.carry = ls.index_carry;
     ia.out = &index_store;
-    backend_.compressor_update(st.step.seqs, ia);
+    backend_.compressor_update(st.compressor_seqs, ia);
 
     kernels::IndexerArgs xa;
     xa.q = in.index_q;  // roped in attention_block

@@ -25,8 +25,13 @@ public:
     int64_t vocab_size() const override { return cfg_.vocab_size; }
     const std::vector<int>& eos_token_ids() const override { return cfg_.eos_token_ids; }
     int64_t max_position_embeddings() const override { return cfg_.max_position_embeddings; }
+    // After a prefix hit every layer's window ring is rebuilt by replaying the prefix's tail
+    // through all layers (Batch::compressed_until).
+    bool rebuilds_windows() const override { return true; }
+    int sliding_window() const override { return cfg_.sliding_window; }
 
 private:
+    static std::vector<kernels::SeqSlice> compressor_slices(const Batch& step);
     struct StepTensors;
     Tensor forward_described(const Batch& step, HybridCache& cache) override;
     void attention_block(int l, StepTensors& st, HybridCache& cache);

@@ -65,6 +65,7 @@ private:
 }  // namespace
 
 Tensor HybridCacheModel::forward(const Batch& step, HybridCache& cache) {
+    if (!step.transfers.empty()) cache.run_transfers(step.transfers);
     Batch copy;
     GraphStep graphs(backend_, step);
     Tensor logits = forward_described(described(step, cache, copy), cache);
