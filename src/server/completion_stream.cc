@@ -45,6 +45,7 @@ CompletionStream::CompletionStream(Engine& engine, CompletionCall call, Metrics&
     for (auto& r : call_.requests) {
         streams_.push_back(engine_.submit(r));
         stream_done_.push_back(false);
+        cached_tokens_.push_back(0);
     }
 }
 
@@ -106,6 +107,7 @@ std::string CompletionStream::prompt_text(size_t choice) const {
 
 void CompletionStream::apply(size_t s, const RequestEvent& ev, std::string* out) {
     if (!ev.error.empty()) error_ = ev.error;
+    cached_tokens_[s] = std::max(cached_tokens_[s], ev.cached_tokens);
     for (const auto& se : ev.sequences) {
         size_t ci = s * call_.choices_per_request() + se.index;
         Choice& c = choices_[ci];
@@ -197,7 +199,10 @@ json CompletionStream::usage() const {
     int prompt = 0, completion = 0;
     for (const auto& r : call_.requests) prompt += static_cast<int>(r.prompt_tokens.size());
     for (const auto& c : choices_) completion += static_cast<int>(c.tokens.size());
-    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+    int cached = 0;
+    for (int c : cached_tokens_) cached += c;
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 void CompletionStream::finish_metrics() {

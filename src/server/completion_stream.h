@@ -69,6 +69,7 @@ private:
     Metrics& metrics_;
     std::vector<std::shared_ptr<RequestStream>> streams_;
     std::vector<bool> stream_done_;
+    std::vector<int> cached_tokens_;  // per request: prompt tokens its prefix-cache hit spared
     std::vector<Choice> choices_;
     std::string id_, error_;
     bool cancelled_ = false;

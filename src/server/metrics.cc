@@ -44,6 +44,43 @@ void Metrics::tokens(int prompt, int completion) {
     completion_tokens_ += static_cast<uint64_t>(completion);
 }
 
+// The prefix cache: overall lookups and hits, and per tier what it spared, holds, read and wrote.
+static void render_prefix_cache(std::string& out, const PrefixCacheStats& pc, const std::string& model) {
+    if (!pc.enabled) return;
+    out += fmt::format("# HELP deepinfer_prefix_cache_lookup_tokens_total Prompt tokens looked up in the prefix cache.\n"
+                       "# TYPE deepinfer_prefix_cache_lookup_tokens_total counter\n"
+                       "deepinfer_prefix_cache_lookup_tokens_total{{model=\"{}\"}} {}\n",
+                       model, pc.lookup_tokens);
+    out += fmt::format("# HELP deepinfer_prefix_cache_hit_tokens_total Prompt tokens taken from the prefix cache (hit rate: over lookups).\n"
+                       "# TYPE deepinfer_prefix_cache_hit_tokens_total counter\n"
+                       "deepinfer_prefix_cache_hit_tokens_total{{model=\"{}\"}} {}\n",
+                       model, pc.hit_tokens);
+    struct Series {
+        const char* name;
+        const char* type;
+        const char* help;
+        double (*get)(const PrefixCacheTierStats&);
+    };
+    static const Series series[] = {
+        {"deepinfer_prefix_cache_tier_hit_tokens_total", "counter", "Prompt tokens spared by hits served from the tier.",
+         [](const PrefixCacheTierStats& t) { return double(t.hit_tokens); }},
+        {"deepinfer_prefix_cache_tier_entries", "gauge", "Cached spans the tier holds.", [](const PrefixCacheTierStats& t) { return double(t.entries); }},
+        {"deepinfer_prefix_cache_tier_bytes", "gauge", "Bytes the tier holds.", [](const PrefixCacheTierStats& t) { return double(t.bytes); }},
+        {"deepinfer_prefix_cache_tier_read_bytes_total", "counter", "Bytes read back from the tier.",
+         [](const PrefixCacheTierStats& t) { return double(t.bytes_read); }},
+        {"deepinfer_prefix_cache_tier_written_bytes_total", "counter", "Bytes written to the tier.",
+         [](const PrefixCacheTierStats& t) { return double(t.bytes_written); }},
+        {"deepinfer_prefix_cache_tier_evictions_total", "counter", "Spans evicted from the tier.",
+         [](const PrefixCacheTierStats& t) { return double(t.evictions); }},
+        {"deepinfer_prefix_cache_tier_errors_total", "counter", "Unusable entries and failed I/O of the tier (each a miss).",
+         [](const PrefixCacheTierStats& t) { return double(t.errors); }},
+    };
+    for (const Series& s : series) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", s.name, s.help, s.name, s.type);
+        for (const auto& t : pc.tiers) out += fmt::format("{}{{model=\"{}\",tier=\"{}\"}} {}\n", s.name, model, t.tier, s.get(t));
+    }
+}
+
 std::string Metrics::render(const EngineStats& st, const std::string& model, const ServerGauges& server) const {
     std::string out;
     auto gauge = [&](const char* name, const char* help, double v) {
@@ -73,6 +110,7 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
         out += fmt::format("deepinfer_cache_bytes{{model=\"{}\",kind=\"{}\"}} {}\n", model, kind, bytes);
     counter("deepinfer_preemptions_total", "Sequences preempted (recomputed later).", static_cast<double>(st.preemptions));
     counter("deepinfer_engine_steps_total", "Forward steps run.", static_cast<double>(st.steps));
+    render_prefix_cache(out, st.prefix_cache, model);
     ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");
     itl.render(out, "deepinfer_inter_token_latency_seconds", "Time between tokens of a stream.");
     e2e.render(out, "deepinfer_request_latency_seconds", "Time from request arrival to its last token.");

@@ -183,6 +183,25 @@ TEST(ServeConnections, SigtermExitsWithinTheGraceWhateverTheSockets) {
     close(idle);
 }
 
+// A prompt sent again is served from the prefix cache: the usage reports the cached tokens and
+// /metrics the hit, and the greedy output is the same.
+TEST(ServeConnections, PrefixCacheHitsShowInUsageAndMetrics) {
+    test::ServeProcess server(nano({"--block-size", "8"}));
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    json prompt = json::array();
+    for (int i = 0; i < 2500; ++i) prompt.push_back(100 + (i * 7) % 3000);
+    json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+    auto first = json::parse(c.Post("/v1/completions", body.dump(), "application/json")->body);
+    auto second = json::parse(c.Post("/v1/completions", body.dump(), "application/json")->body);
+    EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_GT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 1000) << second["usage"];
+    EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+    std::string m = c.Get("/metrics")->body;
+    EXPECT_GT(test::metric_value(m, "deepinfer_prefix_cache_hit_tokens_total{model=\"deepinfer-nano\"}"), 1000) << m;
+    EXPECT_GT(test::metric_value(m, "deepinfer_prefix_cache_tier_hit_tokens_total{model=\"deepinfer-nano\",tier=\"device\"}"), 1000);
+}
+
 TEST(ServeConnections, ApiKeyFromTheEnvironmentOrAFile) {
     auto models_status = [](int port, const std::string& key) {
         return test::raw_request(port, test::http_get("/v1/models", key.empty() ? "" : "Authorization: Bearer " + key + "\r\n")).status;
