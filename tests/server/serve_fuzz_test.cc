@@ -116,19 +116,16 @@ TEST(ServeFuzz, MutatedRequestsNeverGet5xxOrCrash) {
     test::ServeProcess server({"--model", test::nano_model_dir(), "--max-model-len", "256", "--shutdown-grace", "5"});
     ASSERT_GT(server.port(), 0);
     std::mt19937_64 rng(seed);
-    int answered = 0;
     for (int i = 0; i < cases; ++i) {
         std::string request = fuzzed_request(rng);
         auto r = test::raw_request(server.port(), request, 60);
-        ASSERT_TRUE(r.status == 0 || r.status < 500) << "case " << i << ": HTTP " << r.status << " " << r.body.substr(0, 300)
-                                                     << "\nrequest: " << request.substr(0, 600);
+        ASSERT_TRUE(r.status > 0 && r.status < 500) << "case " << i << ": HTTP " << r.status << " (0: no answer) "
+                                                    << r.body.substr(0, 300) << "\nrequest: " << request.substr(0, 600);
         ASSERT_EQ(r.body.find("\"code\":500"), std::string::npos) << "case " << i << ": " << r.body.substr(0, 300);
-        answered += r.status != 0;
         if (i % 500 == 499) {
             ASSERT_EQ(test::raw_request(server.port(), test::http_get("/health")).status, 200) << "after case " << i;
         }
     }
-    EXPECT_GT(answered, cases * 9 / 10);
     auto m = test::raw_request(server.port(), test::http_get("/metrics"));
     EXPECT_EQ(m.body.find("status=\"5"), std::string::npos) << m.body;
     auto [status, seconds] = server.terminate(60);
