@@ -1,7 +1,12 @@
 #include "apps/serve_load.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
+#include <atomic>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <random>
 
@@ -100,7 +105,7 @@ std::string post_request(const std::string& path, const std::string& body) {
 
 class Load {
 public:
-    explicit Load(const LoadOptions& o) : o_(o), rng_(o.seed), health_timer_(io_), arrival_timer_(io_) {
+    explicit Load(const LoadOptions& o) : o_(o), rng_(o.seed), arrival_timer_(io_) {
         tcp::resolver resolver(io_);
         endpoint_ = *resolver.resolve(o.host, std::to_string(o.port)).begin();
     }
@@ -113,6 +118,7 @@ public:
         if (o_.rate > 0) schedule_arrival();
         else for (int c = 0; c < o_.concurrency; ++c) next_request();
         io_.run();
+        if (health_thread_.joinable()) health_thread_.join();
         result_.elapsed_s = secs(start_, last_end_);
         return std::move(result_);
     }
@@ -190,25 +196,33 @@ private:
         call->start(endpoint_);
     }
 
+    // /health from a thread of its own, with blocking calls, so the probe's latency is the
+    // server's and not the wait behind this client's own event loop.
     void probe_health() {
-        health_timer_.expires_after(std::chrono::milliseconds(o_.health_interval_ms));
-        health_timer_.async_wait([this](boost::system::error_code ec) {
-            if (ec || stopping_) return;
-            auto sent = Clock::now();
-            std::make_shared<HttpCall>(io_, "GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n", [](const std::string&) {},
-                                       [this, sent](int status, const std::string&) {
-                                           if (status == 200) result_.health_ms.push_back(secs(sent, Clock::now()) * 1e3);
-                                           else ++result_.health_failed;
-                                       })
-                ->start(endpoint_);
-            probe_health();
+        health_thread_ = std::thread([this] {
+            while (!stopping_) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(o_.health_interval_ms));
+                auto sent = Clock::now();
+                boost::system::error_code ec;
+                asio::io_context io;
+                tcp::socket socket(io);
+                socket.connect(endpoint_, ec);
+                timeval limit{5, 0};  // a probe that gets no answer in time counts as failed
+                if (!ec) setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+                std::string reply;
+                if (!ec) asio::write(socket, asio::buffer(std::string("GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")), ec);
+                if (!ec) asio::read(socket, asio::dynamic_buffer(reply), ec);  // until the server closes
+                bool ok = reply.rfind("HTTP/1.1 200", 0) == 0;
+                std::lock_guard<std::mutex> lock(health_mutex_);
+                if (ok) result_.health_ms.push_back(secs(sent, Clock::now()) * 1e3);
+                else ++result_.health_failed;
+            }
         });
     }
 
     // The load is done: stop the probe and drop the idle sockets so io_.run() returns.
     void stop_background() {
         stopping_ = true;
-        health_timer_.cancel();
         arrival_timer_.cancel();
         idle_.clear();  // their sockets close when the last handler lets go
         io_.stop();
@@ -218,11 +232,13 @@ private:
     asio::io_context io_;
     tcp::endpoint endpoint_;
     std::mt19937_64 rng_;
-    asio::steady_timer health_timer_, arrival_timer_;
+    asio::steady_timer arrival_timer_;
+    std::thread health_thread_;
+    std::mutex health_mutex_;
     std::vector<std::shared_ptr<HttpCall>> idle_;
     Clock::time_point start_, deadline_, last_end_;
     int started_ = 0, active_ = 0;
-    bool stopping_ = false;
+    std::atomic<bool> stopping_{false};
     LoadResult result_;
 };
 

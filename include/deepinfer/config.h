@@ -76,6 +76,7 @@ struct EngineConfig {
     CacheConfig cache;
     SchedulerConfig scheduler;
     std::string log_level = "warn";
+    std::string trace_path;  // Chrome-trace / Perfetto JSON of the engine's steps, written at shutdown ("" = off)
 };
 
 }  // namespace deepinfer

@@ -109,7 +109,8 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
              "scheduler: max_batch_tokens and max_running must be positive");
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
     start_prefix_cache();
-    executor_ = std::make_unique<StepExecutor>(*model_, *cache_);
+    if (!config.trace_path.empty()) trace_.enable();
+    executor_ = std::make_unique<StepExecutor>(*model_, *cache_, &trace_);
     spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
                  model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);
     for (const auto& [kind, bytes] : cache_->bytes_by_kind()) spdlog::info("engine: cache {}: {:.1f} MiB", kind, bytes / 1048576.0);
@@ -135,6 +136,17 @@ void EngineImpl::start_prefix_cache() {
 
 EngineImpl::~EngineImpl() { shutdown(true); }
 
+void EngineImpl::write_trace() {
+    if (!trace_.enabled() || trace_written_) return;
+    trace_written_ = true;
+    try {
+        trace_.write(config_.trace_path);
+        spdlog::info("engine: trace written to {}", config_.trace_path);
+    } catch (const std::exception& e) {
+        spdlog::error("engine: {}", e.what());
+    }
+}
+
 void EngineImpl::shutdown(bool cancel_running) {
     {
         std::lock_guard<std::mutex> lock(inbox_mutex_);
@@ -143,6 +155,7 @@ void EngineImpl::shutdown(bool cancel_running) {
     }
     inbox_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    write_trace();
     // The engine thread is gone and no step runs: what the cache holds can be written below.
     if (prefix_cache_) {
         prefix_cache_->write_back_all(5000);

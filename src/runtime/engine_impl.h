@@ -13,9 +13,11 @@
 #include <thread>
 
 #include "deepinfer/engine.h"
+#include "base/trace.h"
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "runtime/cache/prefix_cache.h"
+#include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
 #include "runtime/step_executor.h"
@@ -81,15 +83,22 @@ private:
     void loop();
     void take_inbox(bool block);
     void start_request(std::unique_ptr<RequestState> rs);
+    StepPlan plan_step(bool ahead);
     void launch(const StepPlan& plan);
+    StepOutput wait_step();
+    std::vector<std::optional<SampleOutput>> sample_rows(const StepPlan& plan, const StepOutput& step);
+    void append_token(Sequence& s, SampleOutput out, int64_t& detokenize_us);
     void commit(const StepPlan& plan, const StepOutput& step);
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);
+    void write_trace();
     void start_prefix_cache();
     void record_prefixes(const StepPlan& plan, bool ok);
 
     EngineConfig config_;
+    TraceRecorder trace_;  // enabled by config_.trace_path; written at shutdown
+    bool trace_written_ = false;
     std::string name_;
     std::unique_ptr<kernels::Backend> backend_;
     std::unique_ptr<model::CausalLm> model_;

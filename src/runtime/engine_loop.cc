@@ -65,6 +65,7 @@ void EngineImpl::take_inbox(bool block) {
 }
 
 void EngineImpl::launch(const StepPlan& plan) {
+    TraceRecorder::Scope span(&trace_, "launch", trace_.enabled() ? nlohmann::json{{"tokens", plan.num_tokens()}, {"chunks", plan.chunks.size()}} : nullptr);
     model::Batch batch;
     bool want_logits = false, want_argmax = false;
     for (const ScheduledChunk& c : plan.chunks) {
@@ -85,18 +86,20 @@ void EngineImpl::launch(const StepPlan& plan) {
     executor_->launch(std::move(batch), want_logits, want_argmax);
 }
 
-void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
+// Each sampling row's token (with logprobs when asked); nothing for rows no longer wanted.
+std::vector<std::optional<SampleOutput>> EngineImpl::sample_rows(const StepPlan& plan, const StepOutput& step) {
+    TraceRecorder::Scope span(&trace_, "sample");
     int64_t vocab = model_->vocab_size();
-    int row = 0;
+    std::vector<std::optional<SampleOutput>> outs;
     for (const ScheduledChunk& c : plan.chunks) {
-        Sequence* s = c.seq;
-        s->num_computed += c.count;
-        s->inflight = 0;
-        s->awaiting_sample = false;
         if (!c.samples) continue;
-        size_t r = static_cast<size_t>(row++);
-        RequestState* rs = s->request;
-        if (s->finished() || rs->cancelled) continue;
+        size_t r = outs.size();
+        Sequence* s = c.seq;
+        const RequestState* rs = s->request;
+        if (s->finished() || rs->cancelled) {
+            outs.emplace_back();
+            continue;
+        }
         const SamplingParams& p = rs->request.sampling;
         SampleOutput out;
         if (argmax_on_device(p)) {
@@ -107,27 +110,53 @@ void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
             std::span<const int32_t> output(s->tokens.data() + s->prompt_len, s->tokens.size() - s->prompt_len);
             out = sample_token({l, &p, s->seed, static_cast<int64_t>(s->tokens.size()), prompt, output});
         }
-        s->tokens.push_back(out.token);
-        ++rs->completion_tokens;
-        if (rs->ttft_s < 0) rs->ttft_s = seconds_between(rs->arrival, std::chrono::steady_clock::now());
-        RequestEvent& ev = pending_events_[rs->id];
-        ev.id = rs->id;
-        auto it = std::find_if(ev.sequences.begin(), ev.sequences.end(), [&](const SequenceEvent& e) { return e.index == s->index; });
-        SequenceEvent& se = it != ev.sequences.end() ? *it : ev.sequences.emplace_back(SequenceEvent{s->index});
-        se.tokens.push_back(out.token);
-        se.text += s->text->add(out.token, s->num_generated());
-        if (p.logprobs >= 0) se.logprobs.push_back({out.token, out.logprob});
-        if (p.logprobs > 0) se.top_logprobs.push_back(std::move(out.top));
-        if (s->text->finish() != FinishReason::kNone) {
-            s->finish = s->text->finish();
-            se.finish = s->finish;
-        }
+        outs.push_back(std::move(out));
     }
+    return outs;
+}
+
+// A sampled token joins its sequence: text (detokenized incrementally), event, finish.
+void EngineImpl::append_token(Sequence& s, SampleOutput out, int64_t& detokenize_us) {
+    RequestState* rs = s.request;
+    const SamplingParams& p = rs->request.sampling;
+    s.tokens.push_back(out.token);
+    ++rs->completion_tokens;
+    if (rs->ttft_s < 0) rs->ttft_s = seconds_between(rs->arrival, std::chrono::steady_clock::now());
+    RequestEvent& ev = pending_events_[rs->id];
+    ev.id = rs->id;
+    auto it = std::find_if(ev.sequences.begin(), ev.sequences.end(), [&](const SequenceEvent& e) { return e.index == s.index; });
+    SequenceEvent& se = it != ev.sequences.end() ? *it : ev.sequences.emplace_back(SequenceEvent{s.index});
+    se.tokens.push_back(out.token);
+    int64_t t0 = trace_.enabled() ? trace_.now_us() : 0;
+    se.text += s.text->add(out.token, s.num_generated());
+    if (trace_.enabled()) detokenize_us += trace_.now_us() - t0;
+    if (p.logprobs >= 0) se.logprobs.push_back({out.token, out.logprob});
+    if (p.logprobs > 0) se.top_logprobs.push_back(std::move(out.top));
+    if (s.text->finish() != FinishReason::kNone) {
+        s.finish = s.text->finish();
+        se.finish = s.finish;
+    }
+}
+
+void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
+    std::vector<std::optional<SampleOutput>> sampled = sample_rows(plan, step);
+    int64_t begin = trace_.enabled() ? trace_.now_us() : 0, detokenize_us = 0;
+    size_t row = 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+        Sequence* s = c.seq;
+        s->num_computed += c.count;
+        s->inflight = 0;
+        s->awaiting_sample = false;
+        if (!c.samples) continue;
+        if (auto& out = sampled[row++]) append_token(*s, std::move(*out), detokenize_us);
+    }
+    if (trace_.enabled()) trace_.span("commit", begin, trace_.now_us(), {{"rows", row}, {"detokenize_us", detokenize_us}});
 }
 
 // Cancelled and fully finished requests: free their sequences and send their last events. The
 // stats are published before the events, so a caller who saw its last event sees them settled.
 void EngineImpl::finish_done_requests() {
+    TraceRecorder::Scope span(&trace_, "finish");
     std::vector<std::pair<std::shared_ptr<RequestStreamImpl>, RequestEvent>> outgoing;
     for (auto it = requests_.begin(); it != requests_.end();) {
         RequestState* rs = it->second.get();
@@ -202,14 +231,25 @@ void EngineImpl::fail_everything(const std::string& message) {
     pending_events_.clear();
 }
 
+StepPlan EngineImpl::plan_step(bool ahead) {
+    TraceRecorder::Scope span(&trace_, ahead ? "schedule ahead" : "schedule");
+    return scheduler_->schedule(ahead);
+}
+
+StepOutput EngineImpl::wait_step() {
+    TraceRecorder::Scope span(&trace_, "wait");
+    return executor_->wait();
+}
+
 void EngineImpl::loop() {
+    trace_.name_thread("engine");
     std::optional<StepPlan> inflight;
     for (;;) {
         take_inbox(false);
         if (prefix_cache_) prefix_cache_->poll();
         if (!inflight) {
             finish_done_requests();
-            StepPlan plan = scheduler_->schedule(false);
+            StepPlan plan = plan_step(false);
             if (plan.empty()) {
                 std::unique_lock<std::mutex> lock(inbox_mutex_);
                 if (stopping_ && inbox_.empty() && requests_.empty()) break;
@@ -223,9 +263,9 @@ void EngineImpl::loop() {
             inflight = std::move(plan);
         }
         std::optional<StepPlan> next;
-        if (config_.scheduler.async_scheduling) next = scheduler_->schedule(true);
+        if (config_.scheduler.async_scheduling) next = plan_step(true);
         try {
-            commit(*inflight, executor_->wait());
+            commit(*inflight, wait_step());
             record_prefixes(*inflight, true);
         } catch (const std::exception& e) {
             record_prefixes(*inflight, false);
@@ -243,6 +283,8 @@ void EngineImpl::loop() {
             ++stats_.steps;
         }
         finish_done_requests();
+        trace_.counter("running", static_cast<double>(scheduler_->num_running()));
+        trace_.counter("waiting", static_cast<double>(scheduler_->num_waiting()));
         inflight.reset();
         if (next && !scheduler_->needs_sync() && !next->empty()) {
             launch(*next);

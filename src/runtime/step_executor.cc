@@ -4,8 +4,8 @@
 
 namespace deepinfer::runtime {
 
-StepExecutor::StepExecutor(model::CausalLm& model, model::SequenceCache& cache)
-    : model_(model), cache_(cache), thread_([this] { loop(); }) {}
+StepExecutor::StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace)
+    : model_(model), cache_(cache), trace_(trace), thread_([this] { loop(); }) {}
 
 StepExecutor::~StepExecutor() {
     {
@@ -35,6 +35,7 @@ StepOutput StepExecutor::wait() {
 }
 
 void StepExecutor::loop() {
+    trace_->name_thread("step executor");
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
         cv_.wait(lock, [&] { return has_job_ || stop_; });
@@ -46,7 +47,13 @@ void StepExecutor::loop() {
         StepOutput out;
         std::exception_ptr error;
         try {
-            Tensor logits = model_.forward(batch, cache_);
+            Tensor logits;
+            {
+                TraceRecorder::Scope span(trace_, "forward",
+                                          trace_->enabled() ? nlohmann::json{{"tokens", batch.token_ids.size()}, {"rows", batch.logit_rows.size()}} : nullptr);
+                logits = model_.forward(batch, cache_);
+            }
+            TraceRecorder::Scope span(trace_, "download");
             kernels::Backend& backend = model_.backend();
             if (want_argmax && logits.numel() > 0) {
                 Tensor ids = backend.empty(DType::kI32, {logits.numel() / logits.dim(-1)});

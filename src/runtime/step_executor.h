@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/trace.h"
 #include "model/causal_lm.h"
 
 namespace deepinfer::runtime {
@@ -21,7 +22,8 @@ struct StepOutput {
 
 class StepExecutor {
 public:
-    StepExecutor(model::CausalLm& model, model::SequenceCache& cache);
+    // `trace` (may be disabled, not null) records each step's forward and download.
+    StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace);
     ~StepExecutor();
 
     // Starts `batch`; what it asks for comes back from wait().
@@ -34,6 +36,7 @@ private:
 
     model::CausalLm& model_;
     model::SequenceCache& cache_;
+    TraceRecorder* trace_;
     std::mutex mutex_;
     std::condition_variable cv_;
     model::Batch batch_;

@@ -4,7 +4,11 @@
 // request errors.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "core/safetensors.h"
@@ -311,6 +315,58 @@ TEST_F(EngineTest, ManyConcurrentRequestsWithCancellations) {
     EngineStats st = e->stats();
     EXPECT_EQ(st.requests_finished, 24);
     EXPECT_EQ(st.requests_running + st.requests_waiting, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// --trace: the file is Chrome-trace JSON whose spans account for the run: one forward per engine
+// step, sampled rows adding up to the generated tokens, spans on named tracks.
+TEST(EngineTrace, SpansAccountForEveryStepAndToken) {
+    std::string dir = test::make_model_dir("v4/v4_tiny_a", 1024);
+    std::string path = ::testing::TempDir() + "/engine_trace.json";
+    std::remove(path.c_str());
+    EngineConfig c;
+    c.model.path = dir;
+    c.model.threads = 2;
+    c.model.device = test::device();
+    c.cache.memory_bytes = 64 << 20;
+    c.scheduler.max_batch_tokens = 16;
+    c.trace_path = path;
+    auto e = Engine::create(c);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 5; ++i) {
+        GenerationRequest r;
+        r.prompt_tokens = std::vector<int32_t>(10 + 7 * i, 5 + i);
+        r.sampling.max_tokens = 6 + i;
+        r.sampling.ignore_eos = true;
+        r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+        streams.push_back(e->submit(r));
+    }
+    for (auto& s : streams) collect(*s);
+    EngineStats stats = e->stats();
+    e->shutdown(false);
+    std::ifstream in(path);
+    ASSERT_TRUE(in.good()) << "no trace at " << path;
+    nlohmann::json events = nlohmann::json::parse(in)["traceEvents"];
+    std::map<std::string, int64_t> count;
+    int64_t rows = 0;
+    std::set<std::string> tracks;
+    for (const auto& ev : events) {
+        count[ev["name"].get<std::string>()]++;
+        if (ev["name"] == "commit") rows += ev["args"]["rows"].get<int64_t>();
+        if (ev["ph"] == "M") tracks.insert(ev["args"]["name"].get<std::string>());
+        if (ev["ph"] == "X") EXPECT_GE(ev["dur"].get<int64_t>(), 0);
+    }
+    EXPECT_EQ(count["forward"], stats.steps);
+    EXPECT_EQ(count["commit"], stats.steps);
+    EXPECT_EQ(rows, stats.generated_tokens);
+    EXPECT_EQ(stats.generated_tokens, 6 + 7 + 8 + 9 + 10);
+    for (const char* name : {"schedule", "launch", "wait", "sample", "finish", "download"}) EXPECT_GT(count[name], 0) << name;
+    EXPECT_EQ(tracks, (std::set<std::string>{"engine", "step executor"}));
 }
 
 }  // namespace
