@@ -1,0 +1,36 @@
+#pragma once
+// A deterministic byte automaton without calls: the form regular pieces of a grammar take when they
+// must be combined with operations an expression cannot state (intersection, difference), e.g. a
+// string that must match a pattern and a length bound at once, or an object key that must not be
+// one of the declared property names.
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer::grammar {
+
+struct Dfa {
+    static constexpr int32_t kDead = -1;
+
+    std::array<uint8_t, 256> byte_class{};  // byte -> class
+    int32_t num_classes = 1;
+    std::vector<int32_t> next;              // [num_states * num_classes], kDead where no edge
+    std::vector<uint8_t> accepting;         // [num_states]
+    int32_t start = 0;
+
+    int32_t num_states() const { return static_cast<int32_t>(accepting.size()); }
+    int32_t step(int32_t state, uint8_t b) const { return next[size_t(state) * num_classes + byte_class[b]]; }
+    bool matches(std::string_view text) const;
+    bool language_is_empty() const;
+};
+
+enum class DfaProduct { kIntersection, kDifference };
+
+// The product automaton of a and b (a ∩ b, or a minus b), restricted to useful states.
+Dfa dfa_product(const Dfa& a, const Dfa& b, DfaProduct op);
+
+// Drops states that are unreachable or cannot reach an accepting state; renumbers from 0.
+Dfa dfa_trim(const Dfa& dfa);
+
+}  // namespace deepinfer::grammar

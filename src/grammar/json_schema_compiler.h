@@ -1,0 +1,61 @@
+#pragma once
+// Internal to the JSON Schema front-end: turns parsed schema nodes into grammar expressions.
+// json_schema.cc holds the dispatch (references, combinators, enums, types); json_values.cc the
+// shapes of JSON values (objects, arrays, strings, literals, whitespace).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar_ir.h"
+#include "grammar/json_schema_node.h"
+#include "grammar/json_schema_options.h"
+#include "grammar/json_schema_refs.h"
+
+namespace deepinfer::grammar {
+
+class SchemaCompiler {
+public:
+    SchemaCompiler(Grammar& g, const SchemaDocument& doc, const JsonSchemaOptions& options, std::string prefix)
+        : g_(g), doc_(doc), options_(options), parser_(doc, options_), prefix_(std::move(prefix)) {}
+
+    ExprId compile_root() { return ref_rule(doc_.root()); }
+
+private:
+    // json_schema.cc
+    ExprId compile(SchemaNode n, int depth);
+    ExprId compile_conj(const SchemaConj& conj, int depth);
+    ExprId ref_rule(const SchemaRef& target);
+    ExprId alternatives(const SchemaNode& base, const std::vector<SchemaRef>& group, bool exclusive, int depth);
+    void check_exclusive(const std::vector<SchemaNode>& nodes, const std::vector<ExprId>& exprs);
+    bool discriminated(const SchemaNode& a, const SchemaNode& b);
+    void apply_not(SchemaNode& n);
+    ExprId compile_enum(const SchemaNode& n);
+    bool value_allowed(const SchemaNode& n, const Json& v);
+    ExprId compile_types(const SchemaNode& n, int depth);
+    ExprId number_value(const SchemaNode& n);
+
+    // json_values.cc
+    ExprId ws();
+    ExprId separator();
+    ExprId json_char();
+    ExprId any_value();
+    ExprId any_string();
+    ExprId string_content(const SchemaNode& n);
+    ExprId array_value(const SchemaNode& n, int depth);
+    ExprId object_value(const SchemaNode& n, int depth);
+    ExprId extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth);
+    ExprId literal_value(const Json& v);
+    ExprId quoted_key(const std::string& name);
+
+    Grammar& g_;
+    const SchemaDocument& doc_;
+    JsonSchemaOptions options_;
+    SchemaParser parser_;
+    std::string prefix_;
+    std::map<const Json*, int32_t> ref_rules_;
+    int32_t any_rule_ = -1;
+    ExprId ws_ = -1, json_char_ = -1, any_string_ = -1;
+    int32_t num_extra_rules_ = 0;
+};
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,194 @@
+#include <algorithm>
+
+#include "grammar/dfa.h"
+#include "grammar/encoding.h"
+#include "grammar/grammar_error.h"
+#include "grammar/json_formats.h"
+#include "grammar/json_schema_compiler.h"
+#include "grammar/pda.h"
+#include "grammar/regex.h"
+
+namespace deepinfer::grammar {
+
+ExprId SchemaCompiler::ws() {
+    if (ws_ < 0) {
+        ByteSet space = ByteSet::of(' ');
+        for (char c : {'\t', '\n', '\r'}) space.add(static_cast<uint8_t>(c));
+        ws_ = options_.whitespace == JsonWhitespace::kCompact ? g_.empty() : g_.repeat(g_.bytes(space), 0, options_.max_whitespace);
+    }
+    return ws_;
+}
+
+ExprId SchemaCompiler::separator() { return g_.seq({ws(), g_.byte(','), ws()}); }
+
+ExprId SchemaCompiler::json_char() {
+    if (json_char_ < 0) json_char_ = encode_class(g_, CodepointSet::all(), CharEncoding::kJsonString);
+    return json_char_;
+}
+
+ExprId SchemaCompiler::any_string() {
+    if (any_string_ < 0) any_string_ = g_.seq({g_.byte('"'), g_.star(json_char()), g_.byte('"')});
+    return any_string_;
+}
+
+// Any JSON value: one recursive rule shared by every place a schema leaves values open.
+ExprId SchemaCompiler::any_value() {
+    if (any_rule_ >= 0) return g_.rule_ref(any_rule_);
+    any_rule_ = g_.add_rule(prefix_ + "any");
+    ExprId value = g_.rule_ref(any_rule_);
+    ExprId member = g_.seq({any_string(), ws(), g_.byte(':'), ws(), value});
+    auto list = [&](ExprId item) { return g_.optional(g_.seq({item, g_.star(g_.seq({separator(), item}))})); };
+    NumberConstraints unbounded;
+    g_.set_rule_body(any_rule_, g_.alt({g_.seq({g_.byte('{'), ws(), list(member), ws(), g_.byte('}')}),
+                                        g_.seq({g_.byte('['), ws(), list(value), ws(), g_.byte(']')}), any_string(),
+                                        number_grammar(g_, unbounded), g_.literal("true"), g_.literal("false"),
+                                        g_.literal("null")}));
+    return value;
+}
+
+ExprId SchemaCompiler::string_content(const SchemaNode& n) {
+    std::vector<ExprId> parts;
+    if (n.min_length > 0 || n.max_length >= 0) {
+        if (n.min_length > 100000 || n.max_length > 100000) grammar_fail("string length bounds above 100000 are not supported");
+        parts.push_back(g_.repeat(json_char(), static_cast<int32_t>(n.min_length),
+                                  n.max_length < 0 ? Grammar::kUnbounded : static_cast<int32_t>(n.max_length)));
+    }
+    for (const std::string& p : n.patterns) {
+        try {
+            parts.push_back(lower_regex(g_, parse_regex(p), CharEncoding::kJsonString, RegexMatch::kSearch));
+        } catch (const GrammarError& e) {
+            grammar_fail("in pattern '{}': {}", p, e.what());
+        }
+    }
+    for (const std::string& f : n.formats) {
+        auto grammar = format_grammar(g_, f);
+        if (!grammar) grammar_fail("unsupported format '{}'", f);
+        parts.push_back(*grammar);
+    }
+    if (parts.empty()) return g_.star(json_char());
+    if (parts.size() == 1) return parts[0];
+    Dfa dfa = regular_dfa(g_, parts[0]);
+    for (size_t i = 1; i < parts.size(); ++i) dfa = dfa_product(dfa, regular_dfa(g_, parts[i]), DfaProduct::kIntersection);
+    return g_.automaton(std::move(dfa));
+}
+
+ExprId SchemaCompiler::array_value(const SchemaNode& n, int depth) {
+    constexpr int64_t kMaxCount = 100000;
+    int64_t min = n.min_items, max = n.max_items;
+    int64_t k = static_cast<int64_t>(n.prefix_items.size());
+    if (n.items_forbidden) max = max < 0 ? k : std::min(max, k);
+    if (max >= 0 && max < k) k = max;
+    if (max >= 0 && min > max) return g_.nothing();
+    if (min > kMaxCount || max > kMaxCount) grammar_fail("array length bounds above {} are not supported", kMaxCount);
+    ExprId sep = separator();
+    std::vector<ExprId> prefix;
+    for (int64_t i = 0; i < k; ++i) prefix.push_back(compile_conj(n.prefix_items[i], depth));
+    bool open_tail = !n.items_forbidden && (max < 0 || max > k);
+    ExprId item = open_tail ? compile_conj(n.items, depth) : g_.nothing();
+    // What may follow once `count` elements are written (count >= 1).
+    auto rest_after = [&](int64_t count) {
+        int64_t lo = std::max<int64_t>(min - count, 0);
+        int32_t hi = max < 0 ? Grammar::kUnbounded : static_cast<int32_t>(max - count);
+        return open_tail ? g_.repeat(g_.seq({sep, item}), static_cast<int32_t>(lo), hi) : g_.empty();
+    };
+    ExprId tail = rest_after(k);
+    for (int64_t i = k - 1; i >= 1; --i) {
+        ExprId more = g_.seq({sep, prefix[i], tail});
+        tail = i >= min ? g_.optional(more) : more;
+    }
+    ExprId first = k > 0 ? g_.seq({prefix[0], tail}) : open_tail ? g_.seq({item, rest_after(1)}) : g_.nothing();
+    ExprId content = min == 0 ? g_.optional(first) : first;
+    return g_.seq({g_.byte('['), ws(), content, ws(), g_.byte(']')});
+}
+
+ExprId SchemaCompiler::quoted_key(const std::string& name) {
+    return g_.seq({g_.byte('"'), encode_string(g_, name, CharEncoding::kJsonString), g_.byte('"')});
+}
+
+// A member whose key is none of the declared names; a rule of its own, entered by calls, so the
+// object grammar repeats a call rather than the whole key automaton at every position.
+ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth) {
+    ExprId key = any_string();
+    if (!declared.empty()) {
+        std::vector<ExprId> names;
+        for (const std::string& name : declared) names.push_back(quoted_key(name));
+        key = g_.automaton(dfa_product(regular_dfa(g_, any_string()), regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference));
+    }
+    int32_t rule = g_.add_rule(prefix_ + "extra" + std::to_string(num_extra_rules_++));
+    g_.set_rule_inlinable(rule, false);
+    g_.set_rule_body(rule, g_.seq({key, ws(), g_.byte(':'), ws(), compile_conj(n.additional, depth)}));
+    return g_.rule_ref(rule);
+}
+
+ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
+    std::vector<PropertySchema> props = n.properties;
+    for (const std::string& name : n.required)
+        if (!n.property(name)) {
+            if (n.additional_forbidden) return g_.nothing();
+            props.push_back({name, n.additional});
+        }
+    if (options_.property_order == JsonPropertyOrder::kSorted)
+        std::sort(props.begin(), props.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::vector<std::string> declared;
+    std::vector<ExprId> members;
+    std::vector<bool> required;
+    for (const PropertySchema& p : props) {
+        declared.push_back(p.name);
+        ExprId value = compile_conj(p.schemas, depth);
+        bool is_required = n.required.count(p.name) > 0;
+        if (g_.node(value).kind == ExprKind::kNothing) {
+            if (is_required) return g_.nothing();
+            continue;
+        }
+        members.push_back(g_.seq({quoted_key(p.name), ws(), g_.byte(':'), ws(), value}));
+        required.push_back(is_required);
+    }
+    ExprId sep = separator();
+    ExprId extra = n.additional_forbidden ? g_.nothing() : extra_member(n, declared, depth);
+    ExprId extras = g_.star(g_.seq({sep, extra}));
+    // after[i]: the rest once something is written and properties before i are settled.
+    size_t count = members.size();
+    std::vector<ExprId> after(count + 1);
+    after[count] = extras;
+    for (size_t i = count; i-- > 0;) {
+        ExprId member = g_.seq({sep, members[i]});
+        after[i] = g_.seq({extras, required[i] ? member : g_.optional(member), after[i + 1]});
+    }
+    std::vector<ExprId> firsts{g_.seq({extra, after[0]})};
+    bool all_optional = true;
+    for (size_t k = 0; k < count && all_optional; ++k) {
+        firsts.push_back(g_.seq({members[k], after[k + 1]}));
+        all_optional = !required[k];
+    }
+    ExprId content = all_optional ? g_.optional(g_.alt(firsts)) : g_.alt(firsts);
+    return g_.seq({g_.byte('{'), ws(), content, ws(), g_.byte('}')});
+}
+
+ExprId SchemaCompiler::literal_value(const Json& v) {
+    if (v.is_null()) return g_.literal("null");
+    if (v.is_boolean()) return g_.literal(v.get<bool>() ? "true" : "false");
+    if (v.is_number()) {
+        auto d = parse_decimal(v.dump());
+        if (!d) grammar_fail("number {} out of the supported range", v.dump());
+        return number_equal_to(g_, *d);
+    }
+    if (v.is_string()) return quoted_key(v.get<std::string>());
+    std::vector<ExprId> parts;
+    if (v.is_array()) {
+        for (const Json& item : v) {
+            if (!parts.empty()) parts.push_back(separator());
+            parts.push_back(literal_value(item));
+        }
+        return g_.seq({g_.byte('['), ws(), g_.seq(parts), ws(), g_.byte(']')});
+    }
+    std::vector<std::pair<std::string, const Json*>> members;
+    for (const auto& [key, value] : v.items()) members.emplace_back(key, &value);
+    if (options_.property_order == JsonPropertyOrder::kSorted) std::sort(members.begin(), members.end());
+    for (const auto& [key, value] : members) {
+        if (!parts.empty()) parts.push_back(separator());
+        parts.push_back(g_.seq({quoted_key(key), ws(), g_.byte(':'), ws(), literal_value(*value)}));
+    }
+    return g_.seq({g_.byte('{'), ws(), g_.seq(parts), ws(), g_.byte('}')});
+}
+
+}  // namespace deepinfer::grammar

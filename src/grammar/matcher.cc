@@ -1,0 +1,196 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace deepinfer::grammar {
+
+// Buffers reused across calls so the hot paths do not allocate. Not copied with the matcher.
+struct GrammarMatcher::Scratch {
+    explicit Scratch(const Pda& pda) : stepper(pda) {}
+    PdaStepper stepper;
+    StackPool pool;
+    std::vector<Config> configs, next;
+    std::vector<size_t> level_begin, pool_mark;  // per trie depth
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, int32_t max_rollback_tokens)
+    : grammar_(std::move(grammar)), max_rollback_(max_rollback_tokens) {
+    reset();
+}
+
+GrammarMatcher::GrammarMatcher(const GrammarMatcher& other)
+    : grammar_(other.grammar_), max_rollback_(other.max_rollback_), current_(other.current_),
+      terminated_(other.terminated_), history_(other.history_) {}
+
+GrammarMatcher& GrammarMatcher::operator=(const GrammarMatcher& other) {
+    if (this != &other) {
+        if (grammar_ != other.grammar_) scratch_.reset();
+        grammar_ = other.grammar_;
+        max_rollback_ = other.max_rollback_;
+        current_ = other.current_;
+        terminated_ = other.terminated_;
+        history_ = other.history_;
+    }
+    return *this;
+}
+
+GrammarMatcher::~GrammarMatcher() = default;
+
+GrammarMatcher::Scratch& GrammarMatcher::scratch() {
+    if (!scratch_) scratch_ = std::make_unique<Scratch>(grammar_->pda());
+    return *scratch_;
+}
+
+void GrammarMatcher::reset() {
+    current_.clear();
+    history_.clear();
+    terminated_ = false;
+    if (grammar_->accepts_nothing()) return;
+    StackPool pool;
+    current_.add({grammar_->pda().start(), -1}, pool);
+}
+
+std::vector<Config>& GrammarMatcher::load_current() {
+    Scratch& s = scratch();
+    s.pool.clear();
+    s.configs.clear();
+    current_.load(s.pool, s.configs);
+    return s.configs;
+}
+
+bool GrammarMatcher::advance(std::string_view bytes, std::vector<Config>& configs) {
+    Scratch& s = scratch();
+    for (char c : bytes) {
+        s.next.clear();
+        s.stepper.step(configs, static_cast<uint8_t>(c), s.pool, s.next);
+        if (s.next.empty()) return false;
+        configs.swap(s.next);
+    }
+    return true;
+}
+
+void GrammarMatcher::commit(const std::vector<Config>& configs, bool terminated) {
+    history_.push_back({std::move(current_), terminated_});
+    if (max_rollback_ >= 0)
+        while (static_cast<int32_t>(history_.size()) > max_rollback_) history_.pop_front();
+    current_.clear();
+    for (const Config& c : configs) current_.add(c, scratch().pool);
+    terminated_ = terminated;
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+    if (terminated_ || current_.empty()) return false;
+    std::vector<Config>& configs = load_current();
+    if (!advance(bytes, configs)) return false;
+    commit(configs, false);
+    return true;
+}
+
+bool GrammarMatcher::accept_token(int32_t id) {
+    const Vocabulary& vocab = grammar_->vocabulary();
+    if (terminated_ || id < 0 || id >= vocab.size()) return false;
+    if (vocab.is_eos(id)) {
+        if (!can_terminate()) return false;
+        std::vector<Config> same;
+        scratch().pool.clear();
+        current_.load(scratch().pool, same);
+        commit(same, true);
+        return true;
+    }
+    if (vocab.is_special(id) || vocab.token_bytes(id).empty()) return false;
+    return accept_bytes(vocab.token_bytes(id));
+}
+
+bool GrammarMatcher::can_terminate() {
+    if (terminated_ || current_.empty()) return false;
+    std::vector<Config>& configs = load_current();
+    return scratch().stepper.can_end(configs, scratch().pool);
+}
+
+bool GrammarMatcher::rollback(int32_t num_tokens) {
+    if (num_tokens < 0 || num_tokens > static_cast<int32_t>(history_.size())) return false;
+    if (num_tokens == 0) return true;
+    Snapshot& target = history_[history_.size() - num_tokens];
+    current_ = std::move(target.stacks);
+    terminated_ = target.terminated;
+    history_.resize(history_.size() - num_tokens);
+    return true;
+}
+
+std::string GrammarMatcher::forced_bytes(size_t max_bytes) {
+    std::string out;
+    if (terminated_ || current_.empty()) return out;
+    Scratch& s = scratch();
+    std::vector<Config>& configs = load_current();
+    while (out.size() < max_bytes) {
+        if (s.stepper.can_end(configs, s.pool)) break;
+        ByteSet next = s.stepper.next_bytes(configs, s.pool);
+        if (next.count() != 1) break;
+        uint8_t b = static_cast<uint8_t>(next.first());
+        out.push_back(static_cast<char>(b));
+        s.next.clear();
+        s.stepper.step(configs, b, s.pool, s.next);
+        configs.swap(s.next);
+    }
+    return out;
+}
+
+void GrammarMatcher::fill_next_token_bitmask(uint32_t* words) {
+    const Vocabulary& vocab = grammar_->vocabulary();
+    std::memset(words, 0, sizeof(uint32_t) * vocab.mask_words());
+    if (terminated_ || current_.empty()) return;
+    Scratch& s = scratch();
+    std::vector<Config>& configs = load_current();
+    if (s.stepper.can_end(configs, s.pool))
+        for (int32_t id : vocab.eos_ids()) words[id >> 5] |= 1u << (id & 31);
+    // A state that loops on a slice's whole class allows all of the slice's tokens by itself; only
+    // the other tokens need the walk (with every configuration, since any of them may allow them).
+    for (const Config& c : configs) {
+        int32_t k = grammar_->slice_of_state(c.state);
+        if (k < 0) continue;
+        const VocabularySlice& slice = vocab.slices()[k];
+        for (int32_t i = 0; i < vocab.mask_words(); ++i) words[i] |= slice.members[i];
+        walk_trie(slice.rest, words);
+        return;
+    }
+    walk_trie(vocab.trie(), words);
+}
+
+// Depth-first walk over the token trie, stepping the configurations one byte per trie edge and
+// skipping every subtree whose prefix no configuration accepts.
+void GrammarMatcher::walk_trie(const TokenTrie& trie, uint32_t* words) {
+    Scratch& s = scratch();
+    auto nodes = trie.nodes();
+    auto ids = trie.token_ids();
+    std::vector<Config>& levels = s.configs;  // level d: levels[level_begin[d], level_begin[d + 1])
+    s.level_begin.assign(trie.max_depth() + 2, 0);
+    s.pool_mark.assign(trie.max_depth() + 2, 0);
+    s.level_begin[1] = levels.size();
+    s.pool_mark[1] = s.pool.size();
+    size_t i = 1;
+    while (i < nodes.size()) {
+        const TrieNode& node = nodes[i];
+        int32_t d = node.depth;
+        size_t parent_begin = s.level_begin[d - 1], parent_end = s.level_begin[d];
+        levels.resize(parent_end);
+        s.pool.truncate(s.pool_mark[d]);
+        s.next.clear();
+        s.stepper.step(std::span<const Config>(levels.data() + parent_begin, parent_end - parent_begin), node.byte,
+                       s.pool, s.next);
+        if (s.next.empty()) {
+            i = node.skip;
+            continue;
+        }
+        levels.insert(levels.end(), s.next.begin(), s.next.end());
+        s.level_begin[d + 1] = levels.size();
+        s.pool_mark[d + 1] = s.pool.size();
+        for (int32_t k = 0; k < node.num_tokens; ++k) {
+            int32_t id = ids[node.first_token + k];
+            words[id >> 5] |= 1u << (id & 31);
+        }
+        ++i;
+    }
+}
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,48 @@
+#include "grammar/token_trie.h"
+
+#include <algorithm>
+
+#include "grammar/grammar_error.h"
+
+namespace deepinfer::grammar {
+
+TokenTrie TokenTrie::build(const std::vector<std::string>& token_bytes, std::vector<int32_t> ids) {
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+        return token_bytes[a] != token_bytes[b] ? token_bytes[a] < token_bytes[b] : a < b;
+    });
+    TokenTrie trie;
+    trie.token_ids_ = ids;
+    trie.nodes_.push_back({0, 0, 0, 0, 0, 0});
+    std::vector<int32_t> path{0};  // open nodes from the root to the last inserted token
+    const std::string* previous = nullptr;
+    for (size_t k = 0; k < ids.size(); ++k) {
+        const std::string& bytes = token_bytes[ids[k]];
+        if (bytes.size() > 0xFFFF) grammar_fail("token {} is longer than 65535 bytes", ids[k]);
+        size_t common = 0;
+        if (previous) {
+            size_t limit = std::min(previous->size(), bytes.size());
+            while (common < limit && (*previous)[common] == bytes[common]) ++common;
+        }
+        // Close the nodes past the common prefix: their subtrees are complete.
+        while (path.size() > common + 1) {
+            trie.nodes_[path.back()].skip = static_cast<int32_t>(trie.nodes_.size());
+            path.pop_back();
+        }
+        for (size_t i = common; i < bytes.size(); ++i) {
+            path.push_back(static_cast<int32_t>(trie.nodes_.size()));
+            trie.nodes_.push_back({static_cast<uint8_t>(bytes[i]), 0, static_cast<uint16_t>(i + 1), 0, 0, 0});
+        }
+        TrieNode& end = trie.nodes_[path.back()];
+        if (end.num_tokens == 0) end.first_token = static_cast<int32_t>(k);
+        ++end.num_tokens;
+        trie.max_depth_ = std::max<int32_t>(trie.max_depth_, static_cast<int32_t>(bytes.size()));
+        previous = &bytes;
+    }
+    while (!path.empty()) {
+        trie.nodes_[path.back()].skip = static_cast<int32_t>(trie.nodes_.size());
+        path.pop_back();
+    }
+    return trie;
+}
+
+}  // namespace deepinfer::grammar
