@@ -1,7 +1,8 @@
 #pragma once
 // A grammar compiled for one vocabulary: the pushdown automaton plus per-state facts the mask
-// computation uses. Immutable once built, so one instance is shared by every matcher on every
-// thread.
+// computation uses. Immutable once built except for lazily filled per-state caches (atomic, so one
+// instance is shared by every matcher on every thread).
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,17 +20,39 @@ public:
     const Pda& pda() const { return pda_; }
     const Vocabulary& vocabulary() const { return *vocabulary_; }
     const std::shared_ptr<const Vocabulary>& shared_vocabulary() const { return vocabulary_; }
-    // The vocabulary slice whose every character loops on `state` (see vocabulary.h), or -1.
-    int32_t slice_of_state(int32_t state) const { return slice_of_state_[state]; }
+    // How a vocabulary slice (see vocabulary.h) fits a state: every string of up to `chars`
+    // characters of the slice keeps the state alive (chars == VocabularySlice::kMaxChars: at least
+    // that many); `exact`: every longer one kills it. Computed on first use and remembered.
+    struct SliceFit {
+        int32_t slice = -1;
+        int32_t chars = 0;
+        bool exact = false;
+        // The members up to `chars` characters are exactly the slice tokens the state allows.
+        bool usable() const { return slice >= 0 && chars > 0 && (exact || chars == VocabularySlice::kMaxChars); }
+    };
+    SliceFit slice_fit(int32_t state) const;
+    // ASCII bytes that lead from `state` back to itself (lazily computed, remembered).
+    struct AsciiLoop {
+        uint64_t bytes[2];
+    };
+    AsciiLoop ascii_loop(int32_t state) const;
     // The language is empty (e.g. the JSON schema `false`): no token and no EOS is ever allowed.
     bool accepts_nothing() const { return pda_.start() == Pda::kDead; }
 
 private:
-    bool loops_on_slice(int32_t state, const VocabularySlice& slice) const;
+    static constexpr int32_t kUnknown = -2;
+    // Byte classes of the product of a slice's one-character automaton and the grammar.
+    struct SliceClasses {
+        std::vector<uint8_t> representative;  // one byte per joint class
+    };
+
+    SliceFit fit(int32_t state, int32_t slice) const;
 
     Pda pda_;
     std::shared_ptr<const Vocabulary> vocabulary_;
-    std::vector<int32_t> slice_of_state_;
+    std::vector<SliceClasses> slice_classes_;
+    std::unique_ptr<std::atomic<int32_t>[]> slice_fit_;  // packed SliceFit, kUnknown before first use
+    std::unique_ptr<std::atomic<uint64_t>[]> ascii_loop_;  // [3 * states]: two words, then a ready flag
 };
 
 }  // namespace deepinfer::grammar

@@ -17,6 +17,19 @@ bool is_validation_keyword(const std::string& key) {
     return kKeys.count(key) > 0;
 }
 
+// The published drafts; a custom meta-schema may switch vocabularies off, which the compiler
+// cannot know.
+bool is_known_dialect(const std::string& uri) {
+    std::string u = uri;
+    if (!u.empty() && u.back() == '#') u.pop_back();
+    if (u.rfind("https://", 0) == 0) u.replace(0, 8, "http://");
+    static const std::set<std::string> kKnown = {
+        "http://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft/2019-09/schema",
+        "http://json-schema.org/draft-07/schema",      "http://json-schema.org/draft-06/schema",
+        "http://json-schema.org/draft-04/schema",      "http://json-schema.org/schema"};
+    return kKnown.count(u) > 0;
+}
+
 int64_t count_value(const std::string& key, const Json& v) {
     if (!v.is_number() || v.get<double>() < 0 || v.get<double>() != static_cast<double>(static_cast<int64_t>(v.get<double>())))
         grammar_fail("'{}' must be a non-negative integer", key);
@@ -51,6 +64,8 @@ void check_keyword_support(const std::string& key, const Json& value, const Json
     if (key == "patternProperties") refused = !(value.is_object() && value.empty());
     if (key == "minProperties") refused = !(value.is_number() && value.get<double>() <= 0);
     if (refused) grammar_fail("unsupported JSON Schema keyword '{}'", key);
+    if (key == "$schema" && value.is_string() && !is_known_dialect(value.get<std::string>()))
+        grammar_fail("unsupported $schema '{}' (its vocabularies are unknown)", value.get<std::string>());
 }
 
 SchemaNode SchemaParser::parse(const SchemaRef& ref) {

@@ -1,5 +1,8 @@
 #include "grammar/json_schema_refs.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "grammar/encoding.h"
 #include "grammar/grammar_error.h"
 
@@ -143,15 +146,21 @@ void SchemaDocument::index(const Json& schema, const std::string& parent_base) {
         auto a = schema.find(key);
         if (a != schema.end() && a->is_string()) anchors_[base + "#" + a->get<std::string>()] = &schema;
     }
+    // Only keywords that hold subschemas: an $id inside an unknown keyword is plain data.
+    static constexpr std::string_view kSchemaMaps[] = {"properties", "patternProperties", "$defs", "definitions",
+                                                       "dependentSchemas"};
+    static constexpr std::string_view kSchemaValues[] = {
+        "items", "prefixItems", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "contains",
+        "additionalProperties", "additionalItems", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+        "contentSchema"};
     for (const auto& [key, value] : schema.items()) {
-        if (key == "enum" || key == "const" || key == "examples" || key == "default") continue;
-        if (key == "properties" || key == "patternProperties" || key == "$defs" || key == "definitions" ||
-            key == "dependentSchemas") {
-            if (value.is_object())
-                for (const auto& [name, sub] : value.items()) index(sub, base);
-        } else if (value.is_array()) {
+        bool map = std::find(std::begin(kSchemaMaps), std::end(kSchemaMaps), key) != std::end(kSchemaMaps);
+        bool direct = std::find(std::begin(kSchemaValues), std::end(kSchemaValues), key) != std::end(kSchemaValues);
+        if (map && value.is_object()) {
+            for (const auto& [name, sub] : value.items()) index(sub, base);
+        } else if (direct && value.is_array()) {
             for (const auto& sub : value) index(sub, base);
-        } else if (value.is_object()) {
+        } else if (direct) {
             index(value, base);
         }
     }

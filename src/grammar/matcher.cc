@@ -10,7 +10,7 @@ struct GrammarMatcher::Scratch {
     explicit Scratch(const Pda& pda) : stepper(pda) {}
     PdaStepper stepper;
     StackPool pool;
-    std::vector<Config> configs, next;
+    std::vector<Config> configs, next, walk;
     std::vector<size_t> level_begin, pool_mark;  // per trie depth
 };
 
@@ -144,53 +144,114 @@ void GrammarMatcher::fill_next_token_bitmask(uint32_t* words) {
     std::vector<Config>& configs = load_current();
     if (s.stepper.can_end(configs, s.pool))
         for (int32_t id : vocab.eos_ids()) words[id >> 5] |= 1u << (id & 31);
-    // A state that loops on a slice's whole class allows all of the slice's tokens by itself; only
-    // the other tokens need the walk (with every configuration, since any of them may allow them).
-    for (const Config& c : configs) {
-        int32_t k = grammar_->slice_of_state(c.state);
-        if (k < 0) continue;
-        const VocabularySlice& slice = vocab.slices()[k];
-        for (int32_t i = 0; i < vocab.mask_words(); ++i) words[i] |= slice.members[i];
-        walk_trie(slice.rest, words);
+    // Where one configuration allows the slice tokens of up to n characters by itself, they are
+    // set at once; the rest trie holds every other token, walked with all configurations. Slice
+    // tokens longer than n may still suit another configuration, which then walks the full trie.
+    CompiledGrammar::SliceFit best;
+    size_t best_index = 0;
+    for (size_t i = 0; i < configs.size(); ++i) {
+        CompiledGrammar::SliceFit f = grammar_->slice_fit(configs[i].state);
+        if (f.usable() && f.chars > best.chars) best = f, best_index = i;
+    }
+    if (best.slice < 0) {
+        walk_trie(vocab.trie(), configs, words);
         return;
     }
-    walk_trie(vocab.trie(), words);
+    const VocabularySlice& slice = vocab.slices()[best.slice];
+    const std::vector<uint32_t>& members = slice.up_to[best.chars - 1];
+    for (int32_t i = 0; i < vocab.mask_words(); ++i) words[i] |= members[i];
+    std::vector<Config> roots = configs;
+    walk_trie(slice.rest, roots, words);
+    if (best.chars < VocabularySlice::kMaxChars && roots.size() > 1) {
+        roots.erase(roots.begin() + static_cast<std::ptrdiff_t>(best_index));
+        walk_trie(vocab.trie(), roots, words);
+    }
 }
 
 // Depth-first walk over the token trie, stepping the configurations one byte per trie edge and
-// skipping every subtree whose prefix no configuration accepts.
-void GrammarMatcher::walk_trie(const TokenTrie& trie, uint32_t* words) {
+// skipping every subtree whose prefix no configuration accepts. Level d of the walk holds the
+// configurations after the first d bytes of the current node's token.
+void GrammarMatcher::walk_trie(const TokenTrie& trie, std::span<const Config> roots, uint32_t* words) {
     Scratch& s = scratch();
+    const Pda& pda = grammar_->pda();
     auto nodes = trie.nodes();
     auto ids = trie.token_ids();
-    std::vector<Config>& levels = s.configs;  // level d: levels[level_begin[d], level_begin[d + 1])
+    std::vector<Config>& levels = s.walk;  // level d: levels[level_begin[d], level_begin[d + 1])
+    levels.assign(roots.begin(), roots.end());
     s.level_begin.assign(trie.max_depth() + 2, 0);
     s.pool_mark.assign(trie.max_depth() + 2, 0);
     s.level_begin[1] = levels.size();
     s.pool_mark[1] = s.pool.size();
+    levels.resize(levels.size() + 64);
     size_t i = 1;
     while (i < nodes.size()) {
         const TrieNode& node = nodes[i];
         int32_t d = node.depth;
-        size_t parent_begin = s.level_begin[d - 1], parent_end = s.level_begin[d];
-        levels.resize(parent_end);
-        s.pool.truncate(s.pool_mark[d]);
-        s.next.clear();
-        s.stepper.step(std::span<const Config>(levels.data() + parent_begin, parent_end - parent_begin), node.byte,
-                       s.pool, s.next);
-        if (s.next.empty()) {
-            i = node.skip;
-            continue;
+        size_t parent_begin = s.level_begin[d - 1], parent_end = s.level_begin[d], end = parent_end;
+        const Config& only = levels[parent_begin];
+        if (parent_end - parent_begin == 1 && !s.stepper.needs_expansion(only)) {
+            // The common case: one configuration moving inside its own DFA. If the state loops on
+            // every byte below this node, every token below is allowed: no need to walk there.
+            const SubtreeBytes& below = trie.subtree_bytes(static_cast<int32_t>(i));
+            if (!below.non_ascii && node.skip - i > 1) {
+                CompiledGrammar::AsciiLoop loop = grammar_->ascii_loop(only.state);
+                if ((below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0) {
+                    for (int32_t k = trie.subtree_tokens(static_cast<int32_t>(i)), e = trie.subtree_tokens(node.skip); k < e; ++k)
+                        words[ids[k] >> 5] |= 1u << (ids[k] & 31);
+                    i = node.skip;
+                    continue;
+                }
+            }
+            int32_t t = pda.step(only.state, node.byte);
+            if (t == Pda::kDead) {
+                i = node.skip;
+                continue;
+            }
+            levels[end++] = {t, only.parent};
+        } else {
+            s.pool.truncate(s.pool_mark[d]);
+            s.next.clear();
+            s.stepper.step(std::span<const Config>(levels.data() + parent_begin, parent_end - parent_begin), node.byte,
+                           s.pool, s.next);
+            if (s.next.empty()) {
+                i = node.skip;
+                continue;
+            }
+            for (const Config& c : s.next) levels[end++] = c;
         }
-        levels.insert(levels.end(), s.next.begin(), s.next.end());
-        s.level_begin[d + 1] = levels.size();
+        s.level_begin[d + 1] = end;
         s.pool_mark[d + 1] = s.pool.size();
+        if (levels.size() < end + 64) levels.resize(2 * (end + 64));
         for (int32_t k = 0; k < node.num_tokens; ++k) {
             int32_t id = ids[node.first_token + k];
             words[id >> 5] |= 1u << (id & 31);
         }
         ++i;
     }
+}
+
+}  // namespace deepinfer::grammar
+
+namespace deepinfer::grammar {
+
+std::string GrammarMatcher::describe_state() const {
+    const Pda& pda = grammar_->pda();
+    std::string out;
+    const auto& data = current_.data();
+    for (size_t i = 0; i < data.size(); i += 1 + data[i]) {
+        out += out.empty() ? "[" : " [";
+        for (int32_t k = 0; k < data[i]; ++k) {
+            int32_t s = data[i + 1 + k];
+            out += (k ? " > " : "") + pda.rule_name(pda.rule_of(s)) + ":" + std::to_string(s);
+        }
+        int32_t top = data[i + data[i]];
+        std::string loop;
+        for (int b = 32; b < 127; ++b)
+            if (pda.step(top, uint8_t(b)) == top) loop.push_back(char(b));
+        if (!loop.empty()) out += " loop{" + loop + "}";
+        out += grammar_->slice_fit(top).usable() ? " (slice " + std::to_string(grammar_->slice_fit(top).chars) + ")]" : "]";
+    }
+    return out;
 }
 
 }  // namespace deepinfer::grammar

@@ -49,6 +49,8 @@ public:
     bool is_terminated() const { return terminated_; }
     void reset();
 
+    // The current stacks as rule:state chains, for debugging.
+    std::string describe_state() const;
     int32_t num_rollback_steps() const { return static_cast<int32_t>(history_.size()); }
     const CompiledGrammar& grammar() const { return *grammar_; }
 
@@ -64,7 +66,7 @@ private:
     std::vector<Config>& load_current();
     bool advance(std::string_view bytes, std::vector<Config>& configs);
     void commit(const std::vector<Config>& configs, bool terminated);
-    void walk_trie(const TokenTrie& trie, uint32_t* words);
+    void walk_trie(const TokenTrie& trie, std::span<const Config> roots, uint32_t* words);
 
     std::shared_ptr<const CompiledGrammar> grammar_;
     int32_t max_rollback_;

@@ -36,10 +36,12 @@ public:
     // Every byte some configuration can read next.
     ByteSet next_bytes(std::span<const Config> configs, StackPool& pool);
 
-private:
+    // A configuration that can only read a byte in its own DFA (no call, no return).
     bool needs_expansion(const Config& c) const {
         return pda_.has_calls(c.state) || (c.parent >= 0 && pda_.accepting(c.state));
     }
+
+private:
     static void add_unique(std::vector<Config>& out, size_t first, Config c) {
         for (size_t i = first; i < out.size(); ++i)
             if (out[i] == c) return;

@@ -42,6 +42,24 @@ TokenTrie TokenTrie::build(const std::vector<std::string>& token_bytes, std::vec
         trie.nodes_[path.back()].skip = static_cast<int32_t>(trie.nodes_.size());
         path.pop_back();
     }
+    // Subtree facts, children before parents (reverse preorder).
+    size_t n = trie.nodes_.size();
+    trie.subtree_bytes_.assign(n, {});
+    trie.subtree_tokens_.assign(n + 1, static_cast<int32_t>(ids.size()));
+    int32_t next_token = static_cast<int32_t>(ids.size());
+    for (size_t i = n; i-- > 0;) {
+        const TrieNode& node = trie.nodes_[i];
+        if (node.num_tokens) next_token = node.first_token;
+        trie.subtree_tokens_[i] = next_token;
+        if (i == 0) continue;
+        SubtreeBytes& sb = trie.subtree_bytes_[i];
+        if (node.byte >= 0x80) sb.non_ascii = true;
+        else sb.ascii[node.byte >> 6] |= uint64_t{1} << (node.byte & 63);
+        for (size_t c = i + 1; c < size_t(node.skip); c = trie.nodes_[c].skip) {
+            const SubtreeBytes& child = trie.subtree_bytes_[c];
+            sb.ascii[0] |= child.ascii[0], sb.ascii[1] |= child.ascii[1], sb.non_ascii |= child.non_ascii;
+        }
+    }
     return trie;
 }
 

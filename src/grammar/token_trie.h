@@ -17,18 +17,30 @@ struct TrieNode {
     int32_t num_tokens;
 };
 
+// The bytes on the edges of a subtree (the node's own byte included): ASCII as a 128-bit set, and
+// whether any byte is >= 0x80. A state that loops on all of them accepts every token below.
+struct SubtreeBytes {
+    uint64_t ascii[2] = {0, 0};
+    bool non_ascii = false;
+};
+
 class TokenTrie {
 public:
     // A trie of the given token ids; token_bytes is indexed by id.
     static TokenTrie build(const std::vector<std::string>& token_bytes, std::vector<int32_t> ids);
 
     std::span<const TrieNode> nodes() const { return nodes_; }
+    const SubtreeBytes& subtree_bytes(int32_t node) const { return subtree_bytes_[node]; }
+    // Tokens of the subtree of `node`: token_ids()[subtree_tokens(node), subtree_tokens(node.skip)).
+    int32_t subtree_tokens(int32_t node) const { return subtree_tokens_[node]; }
     std::span<const int32_t> token_ids() const { return token_ids_; }
     int32_t max_depth() const { return max_depth_; }
 
 private:
     std::vector<TrieNode> nodes_;
     std::vector<int32_t> token_ids_;
+    std::vector<SubtreeBytes> subtree_bytes_;
+    std::vector<int32_t> subtree_tokens_;  // [nodes + 1]
     int32_t max_depth_ = 0;
 };
 

@@ -35,15 +35,17 @@ bool Vocabulary::is_eos(int32_t id) const { return std::binary_search(eos_ids_.b
 
 namespace {
 
-// Complete characters of the class, possibly followed by the start of one more.
-bool made_of_class(const Dfa& one_char, const std::string& bytes) {
-    int32_t s = one_char.start;
+// Number of characters of a token made of the class (a trailing partial character counts), or 0
+// when the token has a byte outside the class.
+int32_t chars_of_class(const Dfa& one_char, const std::string& bytes) {
+    int32_t s = one_char.start, chars = 0;
     for (char c : bytes) {
+        if (s == one_char.start) ++chars;
         s = one_char.step(s, static_cast<uint8_t>(c));
-        if (s == Dfa::kDead) return false;
+        if (s == Dfa::kDead) return 0;
         if (one_char.accepting[s]) s = one_char.start;
     }
-    return true;
+    return chars;
 }
 
 }  // namespace
@@ -53,11 +55,15 @@ void Vocabulary::add_slice(std::string name, const CodepointSet& chars) {
     slice.name = std::move(name);
     Grammar g;
     slice.one_char = regular_dfa(g, utf8_class(g, chars));
-    slice.members.assign(mask_words(), 0);
+    slice.up_to.assign(VocabularySlice::kMaxChars, std::vector<uint32_t>(mask_words(), 0));
     std::vector<int32_t> rest;
     for (int32_t id : trie_.token_ids()) {
-        if (made_of_class(slice.one_char, token_bytes_[id])) slice.members[id >> 5] |= 1u << (id & 31);
-        else rest.push_back(id);
+        int32_t chars = chars_of_class(slice.one_char, token_bytes_[id]);
+        if (chars == 0 || chars > VocabularySlice::kMaxChars) {
+            rest.push_back(id);
+            continue;
+        }
+        for (int32_t n = chars; n <= VocabularySlice::kMaxChars; ++n) slice.up_to[n - 1][id >> 5] |= 1u << (id & 31);
     }
     slice.rest = TokenTrie::build(token_bytes_, std::move(rest));
     slices_.push_back(std::move(slice));

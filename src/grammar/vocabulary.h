@@ -5,10 +5,11 @@
 // grammar can end). The size is the logit dimension, which may exceed the number of real tokens;
 // ids without bytes are never allowed.
 //
-// It also precomputes slices: for a common character class (JSON string content), the set of
-// tokens made only of such characters, and a trie of all the other tokens. Where the grammar is in
-// a state that loops on every character of the class, the slice's tokens are all allowed at once
-// and only the rest of the vocabulary has to be walked.
+// It also precomputes slices: for a common character class (JSON string content), the tokens made
+// only of such characters, grouped by length in characters, and a trie of all the other tokens.
+// Where every string of up to n such characters keeps the grammar alive (inside a free string,
+// n is unbounded; inside a string with a length limit, n is what is left), the slice's tokens of up
+// to n characters are allowed at once and only the rest of the vocabulary has to be walked.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,10 +22,15 @@
 namespace deepinfer::grammar {
 
 struct VocabularySlice {
+    // Members longer than this are left to the walk, like non-members.
+    static constexpr int32_t kMaxChars = 16;
+
     std::string name;
-    Dfa one_char;                  // one character of the class, as UTF-8
-    std::vector<uint32_t> members; // bitmask over token ids
-    TokenTrie rest;                // every grammar token that is not a member
+    Dfa one_char;  // one character of the class, as UTF-8
+    // up_to[n - 1]: bitmask of the members of at most n characters (a trailing partial character
+    // counts as one), n = 1..kMaxChars.
+    std::vector<std::vector<uint32_t>> up_to;
+    TokenTrie rest;  // every grammar token not in up_to[kMaxChars - 1]
 };
 
 class Vocabulary {

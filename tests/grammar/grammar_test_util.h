@@ -3,6 +3,7 @@
 // one-byte-per-token vocabulary for byte-level checks, and whole-string acceptance.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,12 @@ namespace deepinfer::grammar::test {
 
 // The model's logit dimension; ids past the tokenizer's last token have no bytes.
 constexpr int32_t kDeepSeekLogits = 129280;
+
+// tests/data, or the copy DEEPINFER_TEST_DATA names (binaries run from another tree).
+inline std::string data_path(const std::string& rel) {
+    const char* moved = std::getenv("DEEPINFER_TEST_DATA");
+    return std::string(moved && *moved ? moved : DEEPINFER_TEST_DATA) + "/" + rel;
+}
 
 inline std::shared_ptr<const tokenizer::Tokenizer> deepseek_tokenizer() {
     static auto tok = tokenizer::Tokenizer::from_dir(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepseek-v4-tokenizer");
