@@ -46,6 +46,11 @@ public:
         for (int i = 0; i < 4; ++i) s.words_[i] = ~words_[i];
         return s;
     }
+    ByteSet operator&(const ByteSet& o) const {
+        ByteSet s;
+        for (int i = 0; i < 4; ++i) s.words_[i] = words_[i] & o.words_[i];
+        return s;
+    }
     bool operator==(const ByteSet& o) const = default;
     size_t hash() const {
         size_t h = 0;

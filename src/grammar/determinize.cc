@@ -1,8 +1,6 @@
 #include "grammar/determinize.h"
 
 #include <algorithm>
-#include <map>
-#include <string>
 #include <unordered_map>
 
 #include "grammar/grammar_error.h"
@@ -10,31 +8,26 @@
 namespace deepinfer::grammar {
 
 ByteClasses ByteClasses::partition(std::span<const ByteSet> sets) {
-    ByteClasses out;
-    std::array<int32_t, 256> cls{};
-    int32_t count = 1;
+    // Refine one class per step: every set splits each class it cuts into its inside and outside.
+    std::vector<ByteSet> classes{ByteSet::all()};
     for (const ByteSet& set : sets) {
-        // Split every class into its members inside and outside the set.
-        std::vector<int32_t> inside(count, -1), outside(count, -1);
-        int32_t next_count = 0;
-        for (int b = 0; b < 256; ++b) {
-            auto& slot = set.contains(static_cast<uint8_t>(b)) ? inside[cls[b]] : outside[cls[b]];
-            if (slot < 0) slot = next_count++;
-            cls[b] = slot;
+        size_t n = classes.size();
+        for (size_t c = 0; c < n; ++c) {
+            ByteSet inside = classes[c] & set;
+            if (inside.empty() || inside == classes[c]) continue;
+            classes.push_back(classes[c] & set.complement());
+            classes[c] = inside;
         }
-        count = next_count;
     }
-    out.count = count;
-    for (int b = 0; b < 256; ++b) out.of_byte[b] = static_cast<uint8_t>(cls[b]);
-    out.of_set.resize(sets.size());
-    for (size_t i = 0; i < sets.size(); ++i) {
-        std::vector<uint8_t> seen(count, 0);
+    ByteClasses out;
+    out.count = static_cast<int32_t>(classes.size());
+    for (int32_t c = 0; c < out.count; ++c)
         for (int b = 0; b < 256; ++b)
-            if (sets[i].contains(static_cast<uint8_t>(b)) && !seen[cls[b]]) {
-                seen[cls[b]] = 1;
-                out.of_set[i].push_back(static_cast<uint8_t>(cls[b]));
-            }
-    }
+            if (classes[c].contains(static_cast<uint8_t>(b))) out.of_byte[b] = static_cast<uint8_t>(c);
+    out.of_set.resize(sets.size());
+    for (size_t i = 0; i < sets.size(); ++i)
+        for (int32_t c = 0; c < out.count; ++c)
+            if (!(classes[c] & sets[i]).empty()) out.of_set[i].push_back(static_cast<uint8_t>(c));
     return out;
 }
 
@@ -43,73 +36,119 @@ namespace {
 class SubsetBuilder {
 public:
     SubsetBuilder(const Nfa& nfa, const ByteClasses& classes, int32_t accept, int32_t max_states)
-        : nfa_(nfa), classes_(classes), accept_(accept), max_states_(max_states), mark_(nfa.num_states(), 0) {}
+        : nfa_(nfa), classes_(classes), accept_(accept), max_states_(max_states), mark_(nfa.num_states(), 0),
+          by_class_(classes.count) {}
 
     RuleDfa run(int32_t start) {
-        std::vector<int32_t> seed{start};
-        intern(closure(seed));
-        std::vector<std::vector<int32_t>> by_class(classes_.count);
-        std::map<int32_t, std::vector<int32_t>> by_rule;
-        for (int32_t d = 0; d < static_cast<int32_t>(subsets_.size()); ++d) {
-            for (auto& v : by_class) v.clear();
-            by_rule.clear();
+        seeds_.assign(1, start);
+        intern_closure();
+        std::vector<std::pair<int32_t, int32_t>> calls;  // (rule, target NFA state)
+        for (int32_t d = 0; d < static_cast<int32_t>(offsets_.size()); ++d) {
+            for (auto& v : by_class_) v.clear();
+            calls.clear();
             bool accepting = false;
-            for (int32_t s : subsets_[d]) {
+            for (int32_t k = offsets_[d], e = end_of(d); k < e; ++k) {
+                int32_t s = storage_[k];
                 if (s == accept_) accepting = true;
-                for (const NfaEdge& e : nfa_.edges(s)) {
-                    if (e.label >= 0) {
-                        for (uint8_t c : classes_.of_set[e.label]) by_class[c].push_back(e.target);
-                    } else if (e.label <= Nfa::kCallBase) {
-                        by_rule[Nfa::called_rule(e.label)].push_back(e.target);
+                for (const NfaEdge& edge : nfa_.edges(s)) {
+                    if (edge.label >= 0) {
+                        for (uint8_t c : classes_.of_set[edge.label]) by_class_[c].push_back(edge.target);
+                    } else if (edge.label <= Nfa::kCallBase) {
+                        calls.emplace_back(Nfa::called_rule(edge.label), edge.target);
                     }
                 }
             }
             out_.accepting.push_back(accepting);
-            for (int32_t c = 0; c < classes_.count; ++c)
-                out_.next.push_back(by_class[c].empty() ? -1 : intern(closure(by_class[c])));
-            std::vector<RuleCall> calls;
-            for (auto& [rule, targets] : by_rule) calls.push_back({rule, intern(closure(targets))});
-            out_.calls.push_back(std::move(calls));
+            for (int32_t c = 0; c < classes_.count; ++c) {
+                if (by_class_[c].empty()) {
+                    out_.next.push_back(-1);
+                } else {
+                    seeds_.swap(by_class_[c]);
+                    out_.next.push_back(intern_closure());
+                    seeds_.swap(by_class_[c]);
+                }
+            }
+            std::sort(calls.begin(), calls.end());
+            std::vector<RuleCall> rule_calls;
+            for (size_t i = 0; i < calls.size();) {
+                size_t j = i;
+                seeds_.clear();
+                while (j < calls.size() && calls[j].first == calls[i].first) seeds_.push_back(calls[j++].second);
+                rule_calls.push_back({calls[i].first, intern_closure()});
+                i = j;
+            }
+            out_.calls.push_back(std::move(rule_calls));
         }
-        out_.num_states = static_cast<int32_t>(subsets_.size());
+        out_.num_states = static_cast<int32_t>(offsets_.size());
         return std::move(out_);
     }
 
 private:
-    // Epsilon closure, keeping only the states that matter for identity: those with a non-epsilon
-    // edge, and the accept state.
-    std::vector<int32_t> closure(const std::vector<int32_t>& seeds) {
+    int32_t end_of(int32_t d) const {
+        return d + 1 < static_cast<int32_t>(offsets_.size()) ? offsets_[d + 1] : static_cast<int32_t>(storage_.size());
+    }
+
+    // Epsilon closure of seeds_ into closure_, keeping only the states that matter for identity:
+    // those with a non-epsilon edge, and the accept state.
+    void closure() {
         ++generation_;
-        std::vector<int32_t> todo, kept;
-        for (int32_t s : seeds)
-            if (mark_[s] != generation_) mark_[s] = generation_, todo.push_back(s);
-        while (!todo.empty()) {
-            int32_t s = todo.back();
-            todo.pop_back();
+        todo_.clear();
+        closure_.clear();
+        for (int32_t s : seeds_)
+            if (mark_[s] != generation_) mark_[s] = generation_, todo_.push_back(s);
+        while (!todo_.empty()) {
+            int32_t s = todo_.back();
+            todo_.pop_back();
             bool important = s == accept_;
             for (const NfaEdge& e : nfa_.edges(s)) {
                 if (e.label != Nfa::kEpsilon) {
                     important = true;
                 } else if (mark_[e.target] != generation_) {
                     mark_[e.target] = generation_;
-                    todo.push_back(e.target);
+                    todo_.push_back(e.target);
                 }
             }
-            if (important) kept.push_back(s);
+            if (important) closure_.push_back(s);
         }
-        std::sort(kept.begin(), kept.end());
-        return kept;
+        std::sort(closure_.begin(), closure_.end());
     }
 
-    int32_t intern(std::vector<int32_t> subset) {
-        std::string key(reinterpret_cast<const char*>(subset.data()), subset.size() * sizeof(int32_t));
-        auto [it, added] = ids_.emplace(std::move(key), static_cast<int32_t>(subsets_.size()));
-        if (added) {
-            if (static_cast<int32_t>(subsets_.size()) >= max_states_)
-                grammar_fail("grammar too large: more than {} DFA states in one rule", max_states_);
-            subsets_.push_back(std::move(subset));
+    // The DFA state of the closure of seeds_, added if new.
+    int32_t intern_closure() {
+        closure();
+        uint64_t h = closure_.size();
+        for (int32_t s : closure_) h = (h ^ uint32_t(s)) * 0x100000001B3ull;
+        h ^= h >> 29;
+        if (2 * (offsets_.size() + 1) > table_.size()) grow_table();
+        size_t mask = table_.size() - 1;
+        for (size_t slot = h & mask;; slot = (slot + 1) & mask) {
+            int32_t id = table_[slot];
+            if (id < 0) {
+                if (static_cast<int32_t>(offsets_.size()) >= max_states_)
+                    grammar_fail("grammar too large: more than {} DFA states in one rule", max_states_);
+                id = static_cast<int32_t>(offsets_.size());
+                offsets_.push_back(static_cast<int32_t>(storage_.size()));
+                hashes_.push_back(h);
+                storage_.insert(storage_.end(), closure_.begin(), closure_.end());
+                table_[slot] = id;
+                return id;
+            }
+            int32_t begin = offsets_[id], size = end_of(id) - begin;
+            if (hashes_[id] == h && size == static_cast<int32_t>(closure_.size()) &&
+                std::equal(closure_.begin(), closure_.end(), storage_.begin() + begin))
+                return id;
         }
-        return it->second;
+    }
+
+    void grow_table() {
+        std::vector<int32_t> bigger(std::max<size_t>(64, table_.size() * 2), -1);
+        for (int32_t id = 0; id < static_cast<int32_t>(offsets_.size()); ++id)
+            for (size_t slot = hashes_[id] & (bigger.size() - 1);; slot = (slot + 1) & (bigger.size() - 1))
+                if (bigger[slot] < 0) {
+                    bigger[slot] = id;
+                    break;
+                }
+        table_.swap(bigger);
     }
 
     const Nfa& nfa_;
@@ -118,8 +157,11 @@ private:
     int32_t max_states_;
     std::vector<uint32_t> mark_;
     uint32_t generation_ = 0;
-    std::vector<std::vector<int32_t>> subsets_;
-    std::unordered_map<std::string, int32_t> ids_;
+    std::vector<int32_t> seeds_, todo_, closure_;
+    std::vector<std::vector<int32_t>> by_class_;
+    std::vector<int32_t> storage_, offsets_;  // DFA state d: storage_[offsets_[d], end_of(d))
+    std::vector<uint64_t> hashes_;  // per DFA state
+    std::vector<int32_t> table_;    // open addressing: DFA state or -1
     RuleDfa out_;
 };
 

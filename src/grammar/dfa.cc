@@ -90,12 +90,17 @@ Dfa dfa_product(const Dfa& a, const Dfa& b, DfaProduct op) {
 Dfa dfa_trim(const Dfa& dfa) {
     int32_t n = dfa.num_states();
     if (n == 0) return dfa;
-    // Co-reachability: walk the reversed edges back from the accepting states.
-    std::vector<std::vector<int32_t>> preds(n);
+    // Co-reachability: walk the reversed edges (grouped by target) back from the accepting states.
+    std::vector<int32_t> begin(n + 1, 0), preds;
+    for (int32_t t : dfa.next)
+        if (t != Dfa::kDead) ++begin[t + 1];
+    for (int32_t s = 0; s < n; ++s) begin[s + 1] += begin[s];
+    preds.resize(begin[n]);
+    std::vector<int32_t> fill(begin.begin(), begin.end() - 1);
     for (int32_t s = 0; s < n; ++s)
         for (int32_t c = 0; c < dfa.num_classes; ++c) {
             int32_t t = dfa.next[size_t(s) * dfa.num_classes + c];
-            if (t != Dfa::kDead) preds[t].push_back(s);
+            if (t != Dfa::kDead) preds[fill[t]++] = s;
         }
     std::vector<uint8_t> useful(n, 0);
     std::vector<int32_t> todo;
@@ -104,8 +109,8 @@ Dfa dfa_trim(const Dfa& dfa) {
     while (!todo.empty()) {
         int32_t s = todo.back();
         todo.pop_back();
-        for (int32_t p : preds[s])
-            if (!useful[p]) useful[p] = 1, todo.push_back(p);
+        for (int32_t k = begin[s]; k < begin[s + 1]; ++k)
+            if (!useful[preds[k]]) useful[preds[k]] = 1, todo.push_back(preds[k]);
     }
     Dfa out;
     out.byte_class = dfa.byte_class;

@@ -218,7 +218,13 @@ ExprId add_json_schema(Grammar& g, std::string_view schema_text, const JsonSchem
         grammar_fail("schema is not valid JSON: {}", e.what());
     }
     SchemaDocument doc(schema);
-    return SchemaCompiler(g, doc, options, rule_prefix).compile_root();
+    bool legacy_refs = false;
+    if (schema.is_object() && schema.contains("$schema") && schema["$schema"].is_string()) {
+        std::string dialect = schema["$schema"].get<std::string>();
+        for (const char* old : {"draft-03", "draft-04", "draft-06", "draft-07"})
+            legacy_refs = legacy_refs || dialect.find(old) != std::string::npos;
+    }
+    return SchemaCompiler(g, doc, options, legacy_refs, rule_prefix).compile_root();
 }
 
 }  // namespace deepinfer::grammar

@@ -3,9 +3,12 @@
 // json_schema.cc holds the dispatch (references, combinators, enums, types); json_values.cc the
 // shapes of JSON values (objects, arrays, strings, literals, whitespace).
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "grammar/dfa.h"
+#include "grammar/encoding.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/json_schema_node.h"
 #include "grammar/json_schema_options.h"
@@ -15,8 +18,9 @@ namespace deepinfer::grammar {
 
 class SchemaCompiler {
 public:
-    SchemaCompiler(Grammar& g, const SchemaDocument& doc, const JsonSchemaOptions& options, std::string prefix)
-        : g_(g), doc_(doc), options_(options), parser_(doc, options_), prefix_(std::move(prefix)) {}
+    SchemaCompiler(Grammar& g, const SchemaDocument& doc, const JsonSchemaOptions& options, bool legacy_refs,
+                   std::string prefix)
+        : g_(g), doc_(doc), options_(options), parser_(doc, options_, legacy_refs), prefix_(std::move(prefix)) {}
 
     ExprId compile_root() { return ref_rule(doc_.root()); }
 
@@ -45,7 +49,7 @@ private:
     ExprId object_value(const SchemaNode& n, int depth);
     ExprId extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth);
     ExprId literal_value(const Json& v);
-    ExprId quoted_key(const std::string& name);
+    ExprId quoted_key(const std::string& name, CharEncoding encoding = CharEncoding::kJsonMinimal);
 
     Grammar& g_;
     const SchemaDocument& doc_;
@@ -56,6 +60,8 @@ private:
     int32_t any_rule_ = -1;
     ExprId ws_ = -1, json_char_ = -1, any_string_ = -1;
     int32_t num_extra_rules_ = 0;
+    ExprId any_key_ = -1;
+    std::optional<Dfa> any_key_dfa_;
 };
 
 }  // namespace deepinfer::grammar

@@ -81,7 +81,7 @@ SchemaNode SchemaParser::parse(const SchemaRef& ref) {
     if (ref_it != s.end()) {
         if (!ref_it->is_string()) grammar_fail("'$ref' must be a string");
         SchemaRef target = doc_.resolve(ref_it->get<std::string>(), ref.base);
-        bool siblings = std::any_of(s.items().begin(), s.items().end(), [](const auto& kv) { return is_validation_keyword(kv.key()); });
+        bool siblings = !legacy_refs_ && std::any_of(s.items().begin(), s.items().end(), [](const auto& kv) { return is_validation_keyword(kv.key()); });
         if (!siblings) {
             n.reference = target;
             return n;

@@ -58,7 +58,9 @@ struct SchemaNode {
 
 class SchemaParser {
 public:
-    SchemaParser(const SchemaDocument& doc, const JsonSchemaOptions& options) : doc_(doc), options_(options) {}
+    // legacy_refs: drafts before 2019-09, where a $ref makes its sibling keywords ignored.
+    SchemaParser(const SchemaDocument& doc, const JsonSchemaOptions& options, bool legacy_refs)
+        : doc_(doc), options_(options), legacy_refs_(legacy_refs) {}
 
     SchemaNode parse(const SchemaRef& ref);
     SchemaNode parse_conj(const SchemaConj& conj);
@@ -73,6 +75,7 @@ private:
 
     const SchemaDocument& doc_;
     const JsonSchemaOptions& options_;
+    bool legacy_refs_;
     int32_t ref_depth_ = 0;
 };
 

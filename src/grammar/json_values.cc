@@ -101,18 +101,27 @@ ExprId SchemaCompiler::array_value(const SchemaNode& n, int depth) {
     return g_.seq({g_.byte('['), ws(), content, ws(), g_.byte(']')});
 }
 
-ExprId SchemaCompiler::quoted_key(const std::string& name) {
-    return g_.seq({g_.byte('"'), encode_string(g_, name, CharEncoding::kJsonString), g_.byte('"')});
+// Declared names and string constants are generated in their one canonical spelling (escapes only
+// where JSON requires them); other spellings of the same string are blocked, never misread.
+ExprId SchemaCompiler::quoted_key(const std::string& name, CharEncoding encoding) {
+    return g_.seq({g_.byte('"'), encode_string(g_, name, encoding), g_.byte('"')});
 }
 
 // A member whose key is none of the declared names; a rule of its own, entered by calls, so the
-// object grammar repeats a call rather than the whole key automaton at every position.
+// object grammar repeats a call rather than the whole key automaton at every position. Extra keys are
+// spelled canonically like declared ones: a declared name in another spelling can then never pass
+// as an extra key.
 ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth) {
-    ExprId key = any_string();
+    if (any_key_ < 0) {
+        ExprId key_char = encode_class(g_, CodepointSet::all(), CharEncoding::kJsonMinimal);
+        any_key_ = g_.seq({g_.byte('"'), g_.star(key_char), g_.byte('"')});
+    }
+    ExprId key = any_key_;
     if (!declared.empty()) {
         std::vector<ExprId> names;
         for (const std::string& name : declared) names.push_back(quoted_key(name));
-        key = g_.automaton(dfa_product(regular_dfa(g_, any_string()), regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference));
+        if (!any_key_dfa_) any_key_dfa_ = regular_dfa(g_, any_key_);
+        key = g_.automaton(dfa_product(*any_key_dfa_, regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference));
     }
     int32_t rule = g_.add_rule(prefix_ + "extra" + std::to_string(num_extra_rules_++));
     g_.set_rule_inlinable(rule, false);

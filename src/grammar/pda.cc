@@ -81,14 +81,20 @@ private:
     // are removed, so every state a matcher can reach leads to a complete output.
     void trim() {
         int32_t n = pda_.num_states(), nc = pda_.num_classes_;
-        std::vector<std::vector<int32_t>> preds(n);
-        for (int32_t s = 1; s < n; ++s) {
-            for (int32_t c = 0; c < nc; ++c) {
-                int32_t t = pda_.next_[size_t(s) * nc + c];
-                if (t != Pda::kDead) preds[t].push_back(s);
+        // Predecessors grouped by target: byte edges, and both ends of every call.
+        std::vector<int32_t> begin(n + 1, 0), preds;
+        auto each_edge = [&](auto&& fn) {
+            for (int32_t s = 1; s < n; ++s) {
+                for (int32_t c = 0; c < nc; ++c)
+                    if (int32_t t = pda_.next_[size_t(s) * nc + c]; t != Pda::kDead) fn(s, t);
+                for (const CallEdge& e : pda_.calls(s)) fn(s, e.callee_start), fn(s, e.return_state);
             }
-            for (const CallEdge& e : pda_.calls(s)) preds[e.callee_start].push_back(s), preds[e.return_state].push_back(s);
-        }
+        };
+        each_edge([&](int32_t, int32_t t) { ++begin[t + 1]; });
+        for (int32_t s = 0; s < n; ++s) begin[s + 1] += begin[s];
+        preds.resize(begin[n]);
+        std::vector<int32_t> fill(begin.begin(), begin.end() - 1);
+        each_edge([&](int32_t s, int32_t t) { preds[fill[t]++] = s; });
         std::vector<uint8_t> productive(n, 0);
         auto derives = [&](int32_t s) {
             if (pda_.accepting_[s]) return true;
@@ -104,20 +110,20 @@ private:
         while (!todo.empty()) {
             int32_t s = todo.back();
             todo.pop_back();
-            for (int32_t p : preds[s])
-                if (!productive[p] && derives(p)) productive[p] = 1, todo.push_back(p);
+            for (int32_t k = begin[s]; k < begin[s + 1]; ++k)
+                if (int32_t p = preds[k]; !productive[p] && derives(p)) productive[p] = 1, todo.push_back(p);
         }
         for (auto& t : pda_.next_)
             if (!productive[t]) t = Pda::kDead;
         std::vector<CallEdge> kept;
-        std::vector<int32_t> begin(n + 1, 0);
+        std::vector<int32_t> call_begin(n + 1, 0);
         for (int32_t s = 0; s < n; ++s) {
             for (const CallEdge& e : pda_.calls(s))
                 if (productive[s] && productive[e.callee_start] && productive[e.return_state]) kept.push_back(e);
-            begin[s + 1] = static_cast<int32_t>(kept.size());
+            call_begin[s + 1] = static_cast<int32_t>(kept.size());
         }
         pda_.calls_ = std::move(kept);
-        pda_.call_begin_ = std::move(begin);
+        pda_.call_begin_ = std::move(call_begin);
         if (!productive[pda_.start_]) pda_.start_ = Pda::kDead;
     }
 
