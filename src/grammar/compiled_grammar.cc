@@ -52,17 +52,22 @@ CompiledGrammar::AsciiLoop CompiledGrammar::ascii_loop(int32_t state) const {
     return loop;
 }
 
-// Reads the slice's characters one at a time from every state reached so far, for up to kMaxChars
-// characters, and stops at the first length at which some character kills some state.
+// Reads the slice's characters one at a time from the states reached so far, for up to kMaxChars
+// characters, and stops at the first length at which some character kills some state. A state is
+// expanded once, when first reached: once no new state appears, nothing can die later.
 CompiledGrammar::SliceFit CompiledGrammar::fit(int32_t state, int32_t slice) const {
     const Dfa& one = vocabulary_->slices()[slice].one_char;
     const auto& reps = slice_classes_[slice].representative;
-    std::unordered_set<int32_t> level{state};
+    std::unordered_set<int32_t> seen{state};
+    std::vector<int32_t> level{state}, next, fresh;
+    std::vector<std::pair<int32_t, int32_t>> todo, inside;
+    bool level_all_fresh = true;
     for (int32_t chars = 0; chars < VocabularySlice::kMaxChars; ++chars) {
-        std::unordered_set<int32_t> next;
+        next.clear();
         bool died = false;
         for (int32_t start : level) {
-            std::vector<std::pair<int32_t, int32_t>> todo{{one.start, start}}, inside;
+            todo.assign(1, {one.start, start});
+            inside.clear();
             while (!todo.empty()) {
                 auto [u, q] = todo.back();
                 todo.pop_back();
@@ -71,14 +76,21 @@ CompiledGrammar::SliceFit CompiledGrammar::fit(int32_t state, int32_t slice) con
                     if (u2 == Dfa::kDead) continue;
                     int32_t q2 = pda_.step(q, b);
                     if (q2 == Pda::kDead) died = true;
-                    else if (one.accepting[u2]) next.insert(q2);
+                    else if (one.accepting[u2]) next.push_back(q2);
                     else if (std::find(inside.begin(), inside.end(), std::make_pair(u2, q2)) == inside.end())
                         inside.emplace_back(u2, q2), todo.emplace_back(u2, q2);
                 }
             }
         }
-        if (died) return {slice, chars, next.empty()};
-        level = std::move(next);
+        if (died) return {slice, chars, next.empty() && level_all_fresh};
+        std::sort(next.begin(), next.end());
+        next.erase(std::unique(next.begin(), next.end()), next.end());
+        fresh.clear();
+        for (int32_t q : next)
+            if (seen.insert(q).second) fresh.push_back(q);
+        if (fresh.empty()) break;
+        level_all_fresh = fresh.size() == next.size();
+        level.swap(fresh);
     }
     return {slice, VocabularySlice::kMaxChars, false};
 }

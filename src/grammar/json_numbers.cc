@@ -1,6 +1,7 @@
 #include "grammar/json_numbers.h"
 
 #include "grammar/dfa.h"
+#include "grammar/grammar_error.h"
 #include "grammar/pda.h"
 
 namespace deepinfer::grammar {
@@ -216,6 +217,55 @@ ExprId number_equal_to(Grammar& g, const Decimal& value) {
                       : g.seq({g.literal(value.int_digits + "." + value.frac_digits), zeros});
     if (value.is_zero()) return g.seq({g.optional(g.byte('-')), body});
     return value.negative ? g.seq({g.byte('-'), body}) : body;
+}
+
+Dfa multiple_of_dfa(const Decimal& step) {
+    // step = modulus * 10^-scale; v is a multiple of step when v * 10^scale is an integer that the
+    // modulus divides. Digits past `scale` fraction digits must then be zeros.
+    std::string digits = step.int_digits + step.frac_digits;
+    int64_t scale = static_cast<int64_t>(step.frac_digits.size());
+    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+    if (step.negative || step.is_zero()) grammar_fail("'multipleOf' must be greater than 0");
+    if (digits.size() > 6 || (std::stoll(digits) * (scale + 2)) > 200000)
+        grammar_fail("'multipleOf' {} needs too large an automaton", step.to_string());
+    int64_t modulus = std::stoll(digits);
+    std::vector<int64_t> pow10(scale + 1, 1 % modulus);
+    for (int64_t i = 1; i <= scale; ++i) pow10[i] = pow10[i - 1] * 10 % modulus;
+    // Classes: '-', '.', '0', '1'..'9' one each, everything else.
+    Dfa d;
+    d.byte_class.fill(12);
+    d.byte_class['-'] = 0;
+    d.byte_class['.'] = 1;
+    for (int c = 0; c <= 9; ++c) d.byte_class['0' + c] = static_cast<uint8_t>(2 + c);
+    d.num_classes = 13;
+    // States: 0 start, 1 after '-', 2 integer part "0", then integer remainders r (3 + r), then
+    // fraction states (remainder, fraction digits read 0..scale): 3 + modulus + r * (scale + 1) + j.
+    int64_t num_states = 3 + modulus + modulus * (scale + 1);
+    d.next.assign(size_t(num_states) * d.num_classes, Dfa::kDead);
+    d.accepting.assign(num_states, 0);
+    auto set = [&](int64_t from, int cls, int64_t to) { d.next[size_t(from) * d.num_classes + cls] = static_cast<int32_t>(to); };
+    auto int_state = [&](int64_t r) { return 3 + r; };
+    auto frac_state = [&](int64_t r, int64_t j) { return 3 + modulus + r * (scale + 1) + j; };
+    for (int64_t s : {int64_t{0}, int64_t{1}}) {
+        set(s, 2, 2);
+        for (int c = 1; c <= 9; ++c) set(s, 2 + c, int_state(c % modulus));
+    }
+    set(0, 0, 1);
+    d.accepting[2] = 1;
+    set(2, 1, frac_state(0, 0));
+    for (int64_t r = 0; r < modulus; ++r) {
+        for (int c = 0; c <= 9; ++c) set(int_state(r), 2 + c, int_state((r * 10 + c) % modulus));
+        set(int_state(r), 1, frac_state(r, 0));
+        d.accepting[int_state(r)] = r * pow10[scale] % modulus == 0;
+        for (int64_t j = 0; j <= scale; ++j) {
+            if (j < scale)
+                for (int c = 0; c <= 9; ++c) set(frac_state(r, j), 2 + c, frac_state((r * 10 + c) % modulus, j + 1));
+            else
+                set(frac_state(r, j), 2, frac_state(r, j));  // only zeros past the scale
+            d.accepting[frac_state(r, j)] = j > 0 && r * pow10[scale - j] % modulus == 0;
+        }
+    }
+    return dfa_trim(d);
 }
 
 }  // namespace deepinfer::grammar

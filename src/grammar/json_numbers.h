@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/dfa.h"
 #include "grammar/grammar_ir.h"
 
 namespace deepinfer::grammar {
@@ -40,5 +41,9 @@ struct NumberConstraints {
 ExprId number_grammar(Grammar& g, const NumberConstraints& constraints);
 // Every plain-decimal spelling of exactly `value` (1, 1.0, 1.00...; 0 and -0).
 ExprId number_equal_to(Grammar& g, const Decimal& value);
+
+// Plain decimals (no exponent) that are integer multiples of `step` (> 0): the digits are read
+// modulo step's significant digits. Throws GrammarError when the automaton would be too large.
+Dfa multiple_of_dfa(const Decimal& step);
 
 }  // namespace deepinfer::grammar

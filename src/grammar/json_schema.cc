@@ -18,7 +18,7 @@ bool only_types(const SchemaNode& n) {
     return !n.allowed_values && n.min_length == 0 && n.max_length < 0 && n.patterns.empty() && n.formats.empty() &&
            n.numbers.lower.empty() && n.numbers.upper.empty() && n.multiple_of.empty() && n.prefix_items.empty() &&
            n.items.empty() && !n.items_forbidden && n.min_items == 0 && n.max_items < 0 && n.properties.empty() &&
-           n.required.empty() && n.additional.empty() && !n.additional_forbidden && n.any_of.empty() &&
+           n.required.empty() && n.pattern_properties.empty() && n.additional.empty() && !n.additional_forbidden && n.any_of.empty() &&
            n.one_of.empty() && n.negated.empty() && !n.reference;
 }
 
@@ -30,6 +30,17 @@ uint8_t value_type(const Json& v) {
     if (v.is_object()) return json_type::kObject;
     auto d = parse_decimal(v.dump());
     return d && d->is_integer() ? json_type::kInteger : json_type::kFraction;
+}
+
+// 1 is a multiple of step (so is every integer): step = m / 10^k with m dividing 10^k.
+bool divides_one(const Decimal& step) {
+    if (step.is_zero() || step.negative) return false;
+    std::string m = step.int_digits + step.frac_digits;
+    m.erase(0, std::min(m.find_first_not_of('0'), m.size() - 1));
+    if (m.size() > 18) return false;
+    uint64_t value = std::stoull(m), power = 1;
+    for (size_t i = 0; i < step.frac_digits.size() && power <= UINT64_MAX / 10; ++i) power *= 10;
+    return step.frac_digits.size() <= 18 && power % value == 0;
 }
 
 uint8_t effective_types(const SchemaNode& n) {
@@ -173,7 +184,7 @@ bool SchemaCompiler::value_allowed(const SchemaNode& n, const Json& v) {
         return regular_dfa(g_, string_content(n)).matches(std::string_view(quoted).substr(1, quoted.size() - 2));
     }
     if (type & json_type::kNumber) {
-        if (n.numbers.lower.empty() && n.numbers.upper.empty()) return true;
+        if (n.numbers.lower.empty() && n.numbers.upper.empty() && n.multiple_of.empty()) return true;
         return regular_dfa(g_, number_value(n)).matches(parse_decimal(v.dump())->to_string());
     }
     if (type == json_type::kArray || type == json_type::kObject) {
@@ -185,7 +196,19 @@ bool SchemaCompiler::value_allowed(const SchemaNode& n, const Json& v) {
 }
 
 ExprId SchemaCompiler::number_value(const SchemaNode& n) {
-    if (!n.multiple_of.empty()) grammar_fail("unsupported JSON Schema keyword 'multipleOf'");
+    if (!n.multiple_of.empty()) {
+        // Multiples are generated in plain decimal notation, intersected with every other bound.
+        // A step of 1/q (0.5, 0.25, 1) puts no constraint on integers, which keep their exponents.
+        SchemaNode rest = n;
+        rest.multiple_of.clear();
+        std::vector<Decimal> steps;
+        for (const Decimal& step : n.multiple_of)
+            if ((n.types & json_type::kNumber) != json_type::kInteger || !divides_one(step)) steps.push_back(step);
+        if (steps.empty()) return number_value(rest);
+        Dfa dfa = regular_dfa(g_, number_value(rest));
+        for (const Decimal& step : steps) dfa = dfa_product(dfa, multiple_of_dfa(step), DfaProduct::kIntersection);
+        return g_.automaton(std::move(dfa));
+    }
     uint8_t t = n.types & json_type::kNumber;
     NumberConstraints c = n.numbers;
     c.integer = t == json_type::kInteger;

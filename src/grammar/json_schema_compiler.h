@@ -10,6 +10,7 @@
 #include "grammar/dfa.h"
 #include "grammar/encoding.h"
 #include "grammar/grammar_ir.h"
+#include "grammar/regex.h"
 #include "grammar/json_schema_node.h"
 #include "grammar/json_schema_options.h"
 #include "grammar/json_schema_refs.h"
@@ -45,9 +46,12 @@ private:
     ExprId any_value();
     ExprId any_string();
     ExprId string_content(const SchemaNode& n);
+    ExprId format_rule(const std::string& format);
     ExprId array_value(const SchemaNode& n, int depth);
     ExprId object_value(const SchemaNode& n, int depth);
     ExprId extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth);
+    SchemaConj matching_patterns(const SchemaNode& n, const std::string& name);
+    Regex parse_pattern(const std::string& pattern);
     ExprId literal_value(const Json& v);
     ExprId quoted_key(const std::string& name, CharEncoding encoding = CharEncoding::kJsonMinimal);
 
@@ -57,6 +61,7 @@ private:
     SchemaParser parser_;
     std::string prefix_;
     std::map<const Json*, int32_t> ref_rules_;
+    std::map<std::string, int32_t> format_rules_;
     int32_t any_rule_ = -1;
     ExprId ws_ = -1, json_char_ = -1, any_string_ = -1;
     int32_t num_extra_rules_ = 0;

@@ -57,11 +57,10 @@ const PropertySchema* SchemaNode::property(const std::string& name) const {
 void check_keyword_support(const std::string& key, const Json& value, const Json& schema) {
     static const std::set<std::string> kRefused = {
         "contains", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "$dynamicRef",
-        "$recursiveRef", "$recursiveAnchor", "maxProperties", "multipleOf"};
+        "$recursiveRef", "$recursiveAnchor", "maxProperties"};
     bool refused = kRefused.count(key) > 0;
     if (key == "uniqueItems") refused = value.is_boolean() && value.get<bool>();
     if (key == "unevaluatedProperties" || key == "unevaluatedItems") refused = !(value.is_boolean() && value.get<bool>());
-    if (key == "patternProperties") refused = !(value.is_object() && value.empty());
     if (key == "minProperties") refused = !(value.is_number() && value.get<double>() <= 0);
     if (refused) grammar_fail("unsupported JSON Schema keyword '{}'", key);
     if (key == "$schema" && value.is_string() && !is_known_dialect(value.get<std::string>()))
@@ -166,6 +165,7 @@ void SchemaParser::parse_number_keywords(const Json& s, SchemaNode& n) {
     bound("maximum", false, flag("exclusiveMaximum"));
     bound("exclusiveMinimum", true, true);
     bound("exclusiveMaximum", false, true);
+    if (auto v = s.find("multipleOf"); v != s.end()) n.multiple_of.push_back(decimal_value("multipleOf", *v));
 }
 
 void SchemaParser::parse_array_keywords(const Json& s, const std::string& base, SchemaNode& n) {
@@ -204,6 +204,10 @@ void SchemaParser::parse_object_keywords(const Json& s, const std::string& base,
             if (!name.is_string()) grammar_fail("'required' must list strings");
             n.required.insert(name.get<std::string>());
         }
+    }
+    if (auto patterns = s.find("patternProperties"); patterns != s.end()) {
+        if (!patterns->is_object()) grammar_fail("'patternProperties' must be an object");
+        for (const auto& [pattern, schema] : patterns->items()) n.pattern_properties.push_back({pattern, {sub(schema)}});
     }
     if (auto extra = s.find("additionalProperties"); extra != s.end()) {
         if (extra->is_boolean() && !extra->get<bool>()) n.additional_forbidden = true;
@@ -256,7 +260,11 @@ void SchemaParser::merge_into(SchemaNode& a, SchemaNode b) {
     a.items_forbidden = a.items_forbidden || b.items_forbidden;
     a.min_items = std::max(a.min_items, b.min_items);
     if (b.max_items >= 0) a.max_items = a.max_items < 0 ? b.max_items : std::min(a.max_items, b.max_items);
-    // Objects: a property one side does not declare must satisfy that side's additionalProperties.
+    // Objects: a property one side does not declare must satisfy that side's additionalProperties
+    // (or its matching patternProperties, which this merge does not work out).
+    if ((!a.pattern_properties.empty() || !b.pattern_properties.empty()) && a.constrains_keys() && b.constrains_keys())
+        grammar_fail("unsupported JSON Schema keyword 'patternProperties' (next to other property keywords through allOf or $ref)");
+    a.pattern_properties.insert(a.pattern_properties.end(), b.pattern_properties.begin(), b.pattern_properties.end());
     for (PropertySchema& p : a.properties) {
         const PropertySchema* q = b.property(p.name);
         const SchemaConj& extra = q ? q->schemas : b.additional_forbidden ? SchemaConj{never} : b.additional;

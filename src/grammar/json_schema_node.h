@@ -46,6 +46,7 @@ struct SchemaNode {
     // objects
     std::vector<PropertySchema> properties;
     std::set<std::string> required;
+    std::vector<PropertySchema> pattern_properties;  // name = the pattern
     SchemaConj additional;
     bool additional_forbidden = false;
     // combinators
@@ -54,6 +55,9 @@ struct SchemaNode {
     std::optional<SchemaRef> reference;  // the node is exactly this $ref (kept so recursion works)
 
     const PropertySchema* property(const std::string& name) const;
+    bool constrains_keys() const {
+        return !properties.empty() || !pattern_properties.empty() || !additional.empty() || additional_forbidden;
+    }
 };
 
 class SchemaParser {

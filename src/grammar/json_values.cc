@@ -53,23 +53,28 @@ ExprId SchemaCompiler::string_content(const SchemaNode& n) {
         parts.push_back(g_.repeat(json_char(), static_cast<int32_t>(n.min_length),
                                   n.max_length < 0 ? Grammar::kUnbounded : static_cast<int32_t>(n.max_length)));
     }
-    for (const std::string& p : n.patterns) {
-        try {
-            parts.push_back(lower_regex(g_, parse_regex(p), CharEncoding::kJsonString, RegexMatch::kSearch));
-        } catch (const GrammarError& e) {
-            grammar_fail("in pattern '{}': {}", p, e.what());
-        }
-    }
-    for (const std::string& f : n.formats) {
-        auto grammar = format_grammar(g_, f);
-        if (!grammar) grammar_fail("unsupported format '{}'", f);
-        parts.push_back(*grammar);
-    }
+    for (const std::string& p : n.patterns)
+        parts.push_back(lower_regex(g_, parse_pattern(p), CharEncoding::kJsonString, RegexMatch::kSearch));
+    for (const std::string& f : n.formats) parts.push_back(format_rule(f));
     if (parts.empty()) return g_.star(json_char());
     if (parts.size() == 1) return parts[0];
     Dfa dfa = regular_dfa(g_, parts[0]);
     for (size_t i = 1; i < parts.size(); ++i) dfa = dfa_product(dfa, regular_dfa(g_, parts[i]), DfaProduct::kIntersection);
     return g_.automaton(std::move(dfa));
+}
+
+// One rule per format and schema, entered by calls: date-time with exact leap seconds is large, and
+// several fields of one format share it.
+ExprId SchemaCompiler::format_rule(const std::string& format) {
+    auto it = format_rules_.find(format);
+    if (it != format_rules_.end()) return g_.rule_ref(it->second);
+    auto grammar = format_grammar(g_, format);
+    if (!grammar) grammar_fail("unsupported format '{}'", format);
+    int32_t rule = g_.add_rule(prefix_ + "format-" + format);
+    g_.set_rule_inlinable(rule, false);
+    g_.set_rule_body(rule, *grammar);
+    format_rules_.emplace(format, rule);
+    return g_.rule_ref(rule);
 }
 
 ExprId SchemaCompiler::array_value(const SchemaNode& n, int depth) {
@@ -107,25 +112,66 @@ ExprId SchemaCompiler::quoted_key(const std::string& name, CharEncoding encoding
     return g_.seq({g_.byte('"'), encode_string(g_, name, encoding), g_.byte('"')});
 }
 
-// A member whose key is none of the declared names; a rule of its own, entered by calls, so the
-// object grammar repeats a call rather than the whole key automaton at every position. Extra keys are
-// spelled canonically like declared ones: a declared name in another spelling can then never pass
-// as an extra key.
+// The patternProperties whose pattern matches `name` (search semantics, on the decoded name).
+SchemaConj SchemaCompiler::matching_patterns(const SchemaNode& n, const std::string& name) {
+    SchemaConj out;
+    for (const PropertySchema& p : n.pattern_properties) {
+        Dfa dfa = regular_dfa(g_, lower_regex(g_, parse_pattern(p.name), CharEncoding::kUtf8, RegexMatch::kSearch));
+        if (dfa.matches(name)) out.insert(out.end(), p.schemas.begin(), p.schemas.end());
+    }
+    return out;
+}
+
+Regex SchemaCompiler::parse_pattern(const std::string& pattern) {
+    try {
+        return parse_regex(pattern);
+    } catch (const GrammarError& e) {
+        grammar_fail("in pattern '{}': {}", pattern, e.what());
+    }
+}
+
+// Members whose key is none of the declared names: one alternative per set of patternProperties a
+// key can match exactly (none of them: additionalProperties). A rule of its own, entered by calls,
+// so the object grammar repeats a call rather than the key automata at every position. Extra keys
+// are spelled canonically like declared ones: a declared name in another spelling can then never
+// pass as an extra key.
 ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth) {
+    constexpr size_t kMaxPatterns = 4;
+    if (n.pattern_properties.size() > kMaxPatterns)
+        grammar_fail("more than {} patternProperties are not supported", kMaxPatterns);
     if (any_key_ < 0) {
         ExprId key_char = encode_class(g_, CodepointSet::all(), CharEncoding::kJsonMinimal);
         any_key_ = g_.seq({g_.byte('"'), g_.star(key_char), g_.byte('"')});
     }
-    ExprId key = any_key_;
+    if (!any_key_dfa_) any_key_dfa_ = regular_dfa(g_, any_key_);
+    Dfa keys = *any_key_dfa_;
     if (!declared.empty()) {
         std::vector<ExprId> names;
         for (const std::string& name : declared) names.push_back(quoted_key(name));
-        if (!any_key_dfa_) any_key_dfa_ = regular_dfa(g_, any_key_);
-        key = g_.automaton(dfa_product(*any_key_dfa_, regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference));
+        keys = dfa_product(keys, regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference);
     }
+    std::vector<Dfa> patterns;
+    for (const PropertySchema& p : n.pattern_properties) {
+        ExprId body = lower_regex(g_, parse_pattern(p.name), CharEncoding::kJsonMinimal, RegexMatch::kSearch);
+        patterns.push_back(regular_dfa(g_, g_.seq({g_.byte('"'), body, g_.byte('"')})));
+    }
+    std::vector<ExprId> members;
+    for (uint32_t subset = 0; subset < (1u << patterns.size()); ++subset) {
+        if (subset == 0 && n.additional_forbidden) continue;
+        Dfa key = keys;
+        SchemaConj schemas = subset == 0 ? n.additional : SchemaConj{};
+        for (size_t i = 0; i < patterns.size(); ++i) {
+            bool in = (subset >> i) & 1;
+            key = dfa_product(key, patterns[i], in ? DfaProduct::kIntersection : DfaProduct::kDifference);
+            if (in) schemas.insert(schemas.end(), n.pattern_properties[i].schemas.begin(), n.pattern_properties[i].schemas.end());
+        }
+        if (key.language_is_empty()) continue;
+        members.push_back(g_.seq({g_.automaton(std::move(key)), ws(), g_.byte(':'), ws(), compile_conj(schemas, depth)}));
+    }
+    if (members.empty()) return g_.nothing();
     int32_t rule = g_.add_rule(prefix_ + "extra" + std::to_string(num_extra_rules_++));
     g_.set_rule_inlinable(rule, false);
-    g_.set_rule_body(rule, g_.seq({key, ws(), g_.byte(':'), ws(), compile_conj(n.additional, depth)}));
+    g_.set_rule_body(rule, g_.alt(members));
     return g_.rule_ref(rule);
 }
 
@@ -133,9 +179,16 @@ ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
     std::vector<PropertySchema> props = n.properties;
     for (const std::string& name : n.required)
         if (!n.property(name)) {
-            if (n.additional_forbidden) return g_.nothing();
-            props.push_back({name, n.additional});
+            SchemaConj patterned = matching_patterns(n, name);
+            if (patterned.empty() && n.additional_forbidden) return g_.nothing();
+ 
+            props.push_back({name, patterned.empty() ? n.additional : patterned});
         }
+    for (PropertySchema& p : props) {
+        if (!n.property(p.name)) continue;
+        SchemaConj patterned = matching_patterns(n, p.name);
+        p.schemas.insert(p.schemas.end(), patterned.begin(), patterned.end());
+    }
     if (options_.property_order == JsonPropertyOrder::kSorted)
         std::sort(props.begin(), props.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     std::vector<std::string> declared;
@@ -153,7 +206,7 @@ ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
         required.push_back(is_required);
     }
     ExprId sep = separator();
-    ExprId extra = n.additional_forbidden ? g_.nothing() : extra_member(n, declared, depth);
+    ExprId extra = extra_member(n, declared, depth);
     ExprId extras = g_.star(g_.seq({sep, extra}));
     // after[i]: the rest once something is written and properties before i are settled.
     size_t count = members.size();

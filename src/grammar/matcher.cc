@@ -188,20 +188,25 @@ void GrammarMatcher::walk_trie(const TokenTrie& trie, std::span<const Config> ro
         const TrieNode& node = nodes[i];
         int32_t d = node.depth;
         size_t parent_begin = s.level_begin[d - 1], parent_end = s.level_begin[d], end = parent_end;
+        // A configuration that loops on every byte below this node allows every token below: no
+        // need to walk there.
+        const SubtreeBytes& below = trie.subtree_bytes(static_cast<int32_t>(i));
+        if (!below.non_ascii && node.skip - i > 1) {
+            bool covered = false;
+            for (size_t k = parent_begin; k < parent_end && !covered; ++k) {
+                CompiledGrammar::AsciiLoop loop = grammar_->ascii_loop(levels[k].state);
+                covered = (below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0;
+            }
+            if (covered) {
+                for (int32_t k = trie.subtree_tokens(static_cast<int32_t>(i)), e = trie.subtree_tokens(node.skip); k < e; ++k)
+                    words[ids[k] >> 5] |= 1u << (ids[k] & 31);
+                i = node.skip;
+                continue;
+            }
+        }
         const Config& only = levels[parent_begin];
         if (parent_end - parent_begin == 1 && !s.stepper.needs_expansion(only)) {
-            // The common case: one configuration moving inside its own DFA. If the state loops on
-            // every byte below this node, every token below is allowed: no need to walk there.
-            const SubtreeBytes& below = trie.subtree_bytes(static_cast<int32_t>(i));
-            if (!below.non_ascii && node.skip - i > 1) {
-                CompiledGrammar::AsciiLoop loop = grammar_->ascii_loop(only.state);
-                if ((below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0) {
-                    for (int32_t k = trie.subtree_tokens(static_cast<int32_t>(i)), e = trie.subtree_tokens(node.skip); k < e; ++k)
-                        words[ids[k] >> 5] |= 1u << (ids[k] & 31);
-                    i = node.skip;
-                    continue;
-                }
-            }
+            // The common case: one configuration moving inside its own DFA.
             int32_t t = pda.step(only.state, node.byte);
             if (t == Pda::kDead) {
                 i = node.skip;
