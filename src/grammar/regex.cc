@@ -169,15 +169,16 @@ private:
         bool negate = eat('^');
         CodepointSet set;
         while (!at_end() && peek() != ']') {
+            size_t range_start = pos_;
             CodepointSet lo_set;
             bool lo_single = class_atom(lo_set);
             if (peek() == '-' && peek(1) != ']' && peek(1) != '\0') {
-                size_t dash = pos_++;
+                ++pos_;
                 CodepointSet hi_set;
                 bool hi_single = class_atom(hi_set);
-                if (!lo_single || !hi_single) pos_ = dash, fail("class escape used as a range bound");
+                if (!lo_single || !hi_single) pos_ = range_start, fail("class escape used as a range bound");
                 uint32_t lo = lo_set.ranges()[0].lo, hi = hi_set.ranges()[0].lo;
-                if (lo > hi) pos_ = dash, fail("range out of order in character class");
+                if (lo > hi) pos_ = range_start, fail("range out of order in character class");
                 set.add_range(lo, hi);
             } else {
                 set.add(lo_set);
@@ -232,7 +233,8 @@ uint32_t RegexParser::parse_unicode_escape() {
 }
 
 CodepointSet RegexParser::parse_escape(bool in_class) {
-    if (at_end()) fail("trailing backslash");
+    size_t start = pos_ - 1;  // the backslash: errors point here
+    if (at_end()) pos_ = start, fail("trailing backslash");
     char c = text_[pos_++];
     switch (c) {
         case 'd': return digit_class();
@@ -250,23 +252,23 @@ CodepointSet RegexParser::parse_escape(bool in_class) {
         case 'u': return CodepointSet::of(parse_unicode_escape());
         case 'c': {
             char letter = peek();
-            if (!((letter >= 'a' && letter <= 'z') || (letter >= 'A' && letter <= 'Z'))) fail("bad \\c escape");
+            if (!((letter >= 'a' && letter <= 'z') || (letter >= 'A' && letter <= 'Z'))) pos_ = start, fail("bad \\c escape");
             ++pos_;
             return CodepointSet::of(static_cast<uint32_t>(letter) % 32);
         }
         case 'b':
             if (in_class) return CodepointSet::of('\b');
-            --pos_;
+            pos_ = start;
             fail("word boundary \\b is not supported");
-        case 'B': --pos_; fail("word boundary \\B is not supported");
-        case 'p': case 'P': --pos_; fail("unicode property escapes are not supported");
-        case 'k': --pos_; fail("backreferences are not supported");
+        case 'B': pos_ = start; fail("word boundary \\B is not supported");
+        case 'p': case 'P': pos_ = start; fail("unicode property escapes are not supported");
+        case 'k': pos_ = start; fail("backreferences are not supported");
         case '0':
-            if (peek() >= '0' && peek() <= '9') --pos_, fail("octal escapes are not supported");
+            if (peek() >= '0' && peek() <= '9') pos_ = start, fail("octal escapes are not supported");
             return CodepointSet::of(0);
         default: break;
     }
-    if (c >= '1' && c <= '9') --pos_, fail("backreferences are not supported");
+    if (c >= '1' && c <= '9') pos_ = start, fail("backreferences are not supported");
     --pos_;
     return CodepointSet::of(next_codepoint());
 }
