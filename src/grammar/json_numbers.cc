@@ -81,13 +81,14 @@ Decimal signed_step(Decimal d, int delta) {  // d integral
 
 class NumberBuilder {
 public:
-    NumberBuilder(Grammar& g, bool integer) : g_(g), integer_(integer) {}
+    NumberBuilder(Grammar& g, bool integer, bool plain) : g_(g), integer_(integer), plain_(plain) {}
 
     ExprId digit(int lo, int hi) { return g_.bytes(ByteSet::range(uint8_t('0' + lo), uint8_t('0' + hi))); }
     ExprId digits_any() { return g_.star(digit(0, 9)); }
     ExprId canonical_int() { return g_.alt({g_.byte('0'), g_.seq({digit(1, 9), digits_any()})}); }
     // Any fraction part allowed for this kind of number ("" means none).
     ExprId any_frac() {
+        if (integer_ && plain_) return g_.empty();
         return integer_ ? g_.optional(g_.seq({g_.byte('.'), g_.plus(g_.byte('0'))}))
                         : g_.optional(g_.seq({g_.byte('.'), g_.plus(digit(0, 9))}));
     }
@@ -186,14 +187,15 @@ public:
 
 private:
     Grammar& g_;
-    bool integer_;
+    bool integer_, plain_;
 };
 
 }  // namespace
 
 ExprId number_grammar(Grammar& g, const NumberConstraints& c) {
-    NumberBuilder nb(g, c.integer);
+    NumberBuilder nb(g, c.integer, c.plain_integers);
     if (c.lower.empty() && c.upper.empty()) {
+        if (c.integer && c.plain_integers) return g.seq({g.optional(g.byte('-')), nb.any_magnitude()});
         // Integers may only scale up (1e3), which keeps them integral.
         ByteSet e = ByteSet::of('e'), sign = ByteSet::of('+');
         e.add('E');

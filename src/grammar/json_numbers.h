@@ -35,6 +35,7 @@ struct NumberBound {
 
 struct NumberConstraints {
     bool integer = false;
+    bool plain_integers = false;  // integers without "1.0" or "1e3" spellings (drafts 3 and 4)
     std::vector<NumberBound> lower, upper;
 };
 

@@ -212,6 +212,7 @@ ExprId SchemaCompiler::number_value(const SchemaNode& n) {
     uint8_t t = n.types & json_type::kNumber;
     NumberConstraints c = n.numbers;
     c.integer = t == json_type::kInteger;
+    c.plain_integers = dialect_.integer_excludes_zero_fraction;
     if (t != json_type::kFraction) return number_grammar(g_, c);
     // Numbers with a non-zero fraction digit, no exponent (integrality of 1.5e1 is not regular).
     ExprId digit = g_.bytes(ByteSet::range('0', '9'));
@@ -241,13 +242,7 @@ ExprId add_json_schema(Grammar& g, std::string_view schema_text, const JsonSchem
         grammar_fail("schema is not valid JSON: {}", e.what());
     }
     SchemaDocument doc(schema);
-    bool legacy_refs = false;
-    if (schema.is_object() && schema.contains("$schema") && schema["$schema"].is_string()) {
-        std::string dialect = schema["$schema"].get<std::string>();
-        for (const char* old : {"draft-03", "draft-04", "draft-06", "draft-07"})
-            legacy_refs = legacy_refs || dialect.find(old) != std::string::npos;
-    }
-    return SchemaCompiler(g, doc, options, legacy_refs, rule_prefix).compile_root();
+    return SchemaCompiler(g, doc, options, SchemaDialect::of_root(schema), rule_prefix).compile_root();
 }
 
 }  // namespace deepinfer::grammar

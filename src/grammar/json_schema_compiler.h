@@ -19,9 +19,9 @@ namespace deepinfer::grammar {
 
 class SchemaCompiler {
 public:
-    SchemaCompiler(Grammar& g, const SchemaDocument& doc, const JsonSchemaOptions& options, bool legacy_refs,
+    SchemaCompiler(Grammar& g, const SchemaDocument& doc, const JsonSchemaOptions& options, SchemaDialect dialect,
                    std::string prefix)
-        : g_(g), doc_(doc), options_(options), parser_(doc, options_, legacy_refs), prefix_(std::move(prefix)) {}
+        : g_(g), doc_(doc), options_(options), dialect_(dialect), parser_(doc, options_, dialect), prefix_(std::move(prefix)) {}
 
     ExprId compile_root() { return ref_rule(doc_.root()); }
 
@@ -58,6 +58,7 @@ private:
     Grammar& g_;
     const SchemaDocument& doc_;
     JsonSchemaOptions options_;
+    SchemaDialect dialect_;
     SchemaParser parser_;
     std::string prefix_;
     std::map<const Json*, int32_t> ref_rules_;

@@ -48,6 +48,16 @@ bool json_contains(const std::vector<Json>& values, const Json& v) {
 
 }  // namespace
 
+SchemaDialect SchemaDialect::of_root(const Json& root) {
+    SchemaDialect d;
+    if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return d;
+    std::string uri = root["$schema"].get<std::string>();
+    auto is = [&](const char* draft) { return uri.find(draft) != std::string::npos; };
+    d.ref_overrides_siblings = is("draft-03") || is("draft-04") || is("draft-06") || is("draft-07");
+    d.integer_excludes_zero_fraction = is("draft-03") || is("draft-04");
+    return d;
+}
+
 const PropertySchema* SchemaNode::property(const std::string& name) const {
     for (const auto& p : properties)
         if (p.name == name) return &p;
@@ -80,7 +90,7 @@ SchemaNode SchemaParser::parse(const SchemaRef& ref) {
     if (ref_it != s.end()) {
         if (!ref_it->is_string()) grammar_fail("'$ref' must be a string");
         SchemaRef target = doc_.resolve(ref_it->get<std::string>(), ref.base);
-        bool siblings = !legacy_refs_ && std::any_of(s.items().begin(), s.items().end(), [](const auto& kv) { return is_validation_keyword(kv.key()); });
+        bool siblings = !dialect_.ref_overrides_siblings && std::any_of(s.items().begin(), s.items().end(), [](const auto& kv) { return is_validation_keyword(kv.key()); });
         if (!siblings) {
             n.reference = target;
             return n;

@@ -60,11 +60,18 @@ struct SchemaNode {
     }
 };
 
+// Behaviour that changed between drafts, picked from the root's $schema (2020-12 when absent).
+struct SchemaDialect {
+    bool ref_overrides_siblings = false;         // drafts 3 to 7: keywords next to $ref are ignored
+    bool integer_excludes_zero_fraction = false; // drafts 3 and 4: 1.0 is not an integer
+
+    static SchemaDialect of_root(const Json& root);
+};
+
 class SchemaParser {
 public:
-    // legacy_refs: drafts before 2019-09, where a $ref makes its sibling keywords ignored.
-    SchemaParser(const SchemaDocument& doc, const JsonSchemaOptions& options, bool legacy_refs)
-        : doc_(doc), options_(options), legacy_refs_(legacy_refs) {}
+    SchemaParser(const SchemaDocument& doc, const JsonSchemaOptions& options, SchemaDialect dialect)
+        : doc_(doc), options_(options), dialect_(dialect) {}
 
     SchemaNode parse(const SchemaRef& ref);
     SchemaNode parse_conj(const SchemaConj& conj);
@@ -79,7 +86,7 @@ private:
 
     const SchemaDocument& doc_;
     const JsonSchemaOptions& options_;
-    bool legacy_refs_;
+    SchemaDialect dialect_;
     int32_t ref_depth_ = 0;
 };
 

@@ -39,6 +39,33 @@ InstanceVerdict check_instance(const std::shared_ptr<const CompiledGrammar>& gra
     return v;
 }
 
+std::optional<std::string> random_output(const std::shared_ptr<const CompiledGrammar>& grammar, std::mt19937& rng,
+                                         int free_steps, int max_tokens) {
+    const Vocabulary& v = grammar->vocabulary();
+    std::vector<uint32_t> mask(v.mask_words());
+    GrammarMatcher m(grammar);
+    std::string text;
+    std::vector<int32_t> allowed, closing;
+    for (int step = 0; step < max_tokens; ++step) {
+        m.fill_next_token_bitmask(mask.data());
+        allowed.clear();
+        closing.clear();
+        for (int32_t w = 0; w < v.mask_words(); ++w)
+            for (uint32_t bits = mask[w]; bits; bits &= bits - 1) {
+                int32_t id = w * 32 + __builtin_ctz(bits);
+                allowed.push_back(id);
+                if (v.is_eos(id) || v.token_bytes(id).find_first_not_of("\"}]") == std::string::npos) closing.push_back(id);
+            }
+        if (allowed.empty()) return std::nullopt;
+        const auto& from = step >= free_steps && !closing.empty() && rng() % 4 != 0 ? closing : allowed;
+        int32_t id = from[rng() % from.size()];
+        if (!m.accept_token(id)) return std::nullopt;
+        if (v.is_eos(id)) return text;
+        text += v.token_bytes(id);
+    }
+    return std::nullopt;
+}
+
 void ConformanceTally::add(const InstanceVerdict& v, bool valid, const std::string& label) {
     if (!v.mask_mismatch.empty()) mask_mismatches.push_back(label + ": " + v.mask_mismatch);
     if (v.bytes_accepted != v.tokens_accepted) inconsistent.push_back(label);

@@ -3,6 +3,8 @@
 // JSON-Schema-Test-Suite and MaskBench tests: byte by byte, and token by token with the DeepSeek
 // tokenizer's own encoding of the text, with the mask checked against accept_token at every step.
 #include <map>
+#include <optional>
+#include <random>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,12 @@ struct InstanceVerdict {
 };
 
 InstanceVerdict check_instance(const std::shared_ptr<const CompiledGrammar>& grammar, const std::string& text);
+
+// A random output of the grammar: tokens drawn uniformly from each mask, steered towards closing
+// tokens (EOS, and tokens made of '"', '}' and ']') after `free_steps`. Empty when no EOS came
+// within max_tokens.
+std::optional<std::string> random_output(const std::shared_ptr<const CompiledGrammar>& grammar, std::mt19937& rng,
+                                         int free_steps, int max_tokens);
 
 // Tallies of a conformance run.
 struct ConformanceTally {

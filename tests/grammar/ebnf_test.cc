@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "conformance_util.h"
 #include "grammar_test_util.h"
 
 namespace deepinfer::grammar::test {
@@ -114,6 +115,19 @@ TEST(Ebnf, RecursiveGrammarAgreesWithRecursiveDescent) {
     }
     EXPECT_GT(valid, 1000);
     EXPECT_GT(invalid, 500);
+}
+
+TEST(Ebnf, RandomOutputsOverTheDeepSeekVocabularyParse) {
+    std::mt19937 rng(8);
+    GrammarCompiler compiler(deepseek_vocabulary());
+    auto g = must_compile(compiler.compile_ebnf(kArithmetic));
+    int outputs = 0;
+    for (int k = 0; k < 150; ++k)
+        if (auto text = random_output(g, rng, 6, 40)) {
+            ASSERT_TRUE(Arithmetic::accepts(*text)) << *text;
+            ++outputs;
+        }
+    EXPECT_GT(outputs, 50);
 }
 
 TEST(Ebnf, LiteralsClassesAndRepetition) {

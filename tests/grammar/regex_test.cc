@@ -8,6 +8,7 @@
 #include <random>
 
 #include "grammar/regex.h"
+#include "conformance_util.h"
 #include "grammar_test_util.h"
 
 namespace deepinfer::grammar::test {
@@ -96,6 +97,23 @@ TEST(Regex, AgreesWithPcre2OnRandomPatternsAndStrings) {
         }
     }
     EXPECT_EQ(compared, 300 * 40);
+}
+
+TEST(Regex, RandomOutputsOverTheDeepSeekVocabularyMatchPcre2) {
+    std::mt19937 rng(31);
+    GrammarCompiler compiler(deepseek_vocabulary());
+    int outputs = 0;
+    for (int iter = 0; iter < 60; ++iter) {
+        std::string pattern = random_pattern(rng, 2);
+        Pcre2 reference(pattern, true);
+        auto g = must_compile(compiler.compile_regex(pattern));
+        for (int k = 0; k < 3; ++k)
+            if (auto text = random_output(g, rng, 4, 40)) {
+                ASSERT_TRUE(reference.matches(*text)) << "pattern " << pattern << " output '" << *text << "'";
+                ++outputs;
+            }
+    }
+    EXPECT_GT(outputs, 100);
 }
 
 TEST(Regex, UnicodeClassesAndEscapes) {
