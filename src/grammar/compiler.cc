@@ -2,6 +2,7 @@
 
 #include "grammar/ebnf.h"
 #include "grammar/grammar_error.h"
+#include "grammar/json_formats.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 
@@ -9,7 +10,7 @@ namespace deepinfer::grammar {
 
 std::string CompileOptions::cache_key() const {
     return json.cache_key() + "|" + ebnf_root + "|" + std::to_string(limits.max_nfa_states) + "," +
-           std::to_string(limits.max_rule_states);
+           std::to_string(limits.max_rule_states) + "," + std::to_string(limits.max_total_states);
 }
 
 Grammar grammar_from_regex(std::string_view pattern) {
@@ -20,20 +21,20 @@ Grammar grammar_from_regex(std::string_view pattern) {
     return g;
 }
 
-Grammar grammar_from_ebnf(std::string_view text, const CompileOptions& options) {
-    return parse_ebnf(text, options.ebnf_root, options.json);
+Grammar grammar_from_ebnf(std::string_view text, const CompileOptions& options, FormatCache* formats) {
+    return parse_ebnf(text, options.ebnf_root, options.json, formats);
 }
 
-Grammar grammar_from_json_schema(std::string_view schema, const JsonSchemaOptions& options) {
+Grammar grammar_from_json_schema(std::string_view schema, const JsonSchemaOptions& options, FormatCache* formats) {
     Grammar g;
     int32_t root = g.add_rule("root");
-    g.set_rule_body(root, add_json_schema(g, schema, options, ""));
+    g.set_rule_body(root, add_json_schema(g, schema, options, "", formats));
     g.set_root(root);
     return g;
 }
 
 GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t cache_capacity)
-    : vocabulary_(std::move(vocabulary)), capacity_(cache_capacity) {}
+    : vocabulary_(std::move(vocabulary)), formats_(std::make_shared<FormatCache>()), capacity_(cache_capacity) {}
 
 Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(GrammarKind kind, std::string_view text,
                                                                         const CompileOptions& options) {
@@ -51,9 +52,9 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(GrammarK
     // threads race on one key, both compile and the first insert wins.
     std::shared_ptr<const CompiledGrammar> compiled;
     try {
-        Grammar g = kind == GrammarKind::kJsonSchema ? grammar_from_json_schema(text, options.json)
+        Grammar g = kind == GrammarKind::kJsonSchema ? grammar_from_json_schema(text, options.json, formats_.get())
                     : kind == GrammarKind::kRegex    ? grammar_from_regex(text)
-                                                     : grammar_from_ebnf(text, options);
+                                                     : grammar_from_ebnf(text, options, formats_.get());
         compiled = std::make_shared<const CompiledGrammar>(build_pda(g, options.limits), vocabulary_);
     } catch (const GrammarError& e) {
         return Status::invalid_argument(e.what());

@@ -29,10 +29,14 @@ struct CompileOptions {
     std::string cache_key() const;
 };
 
+class FormatCache;
+
 // The grammar IR without compiling it (to inspect it, or to build on it). Throws GrammarError.
+// `formats` (optional) shares compiled format automata between calls.
 Grammar grammar_from_regex(std::string_view pattern);
-Grammar grammar_from_ebnf(std::string_view text, const CompileOptions& options = {});
-Grammar grammar_from_json_schema(std::string_view schema, const JsonSchemaOptions& options = {});
+Grammar grammar_from_ebnf(std::string_view text, const CompileOptions& options = {}, FormatCache* formats = nullptr);
+Grammar grammar_from_json_schema(std::string_view schema, const JsonSchemaOptions& options = {},
+                                 FormatCache* formats = nullptr);
 
 class GrammarCompiler {
 public:
@@ -55,6 +59,7 @@ private:
     using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;
 
     std::shared_ptr<const Vocabulary> vocabulary_;
+    std::shared_ptr<FormatCache> formats_;
     size_t capacity_;
     mutable std::mutex mutex_;
     std::list<Entry> lru_;  // most recently used first

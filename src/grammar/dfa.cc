@@ -1,5 +1,8 @@
 #include "grammar/dfa.h"
 
+#include "grammar/grammar_error.h"
+
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -68,7 +71,11 @@ Dfa dfa_product(const Dfa& a, const Dfa& b, DfaProduct op) {
     auto intern = [&](int32_t sa, int32_t sb) {
         uint64_t key = (uint64_t(uint32_t(sa)) << 32) | uint32_t(sb);
         auto [it, added] = ids.emplace(key, static_cast<int32_t>(pairs.size()));
-        if (added) pairs.emplace_back(sa, sb);
+        if (added) {
+            if (static_cast<int32_t>(pairs.size()) >= Dfa::kMaxStates)
+                grammar_fail("grammar too large: an intersection of automata has more than {} states", Dfa::kMaxStates);
+            pairs.emplace_back(sa, sb);
+        }
         return it->second;
     };
     if (a.num_states() == 0) return out;
@@ -137,6 +144,68 @@ Dfa dfa_trim(const Dfa& dfa) {
     }
     out.start = 0;
     return out;
+}
+
+Dfa dfa_repeat(const Dfa& unit, int32_t min, int32_t max) {
+    int32_t n = unit.num_states(), nc = unit.num_classes;
+    int32_t levels = (max < 0 ? min : max) + 1;  // words completed; unbounded: the last level loops
+    if (int64_t(levels) * n > Dfa::kMaxStates)
+        grammar_fail("grammar too large: a repetition of {} needs more than {} automaton states", levels - 1, Dfa::kMaxStates);
+    Dfa out;
+    out.byte_class = unit.byte_class;
+    out.num_classes = nc;
+    out.next.assign(size_t(levels) * n * nc, Dfa::kDead);
+    out.accepting.assign(size_t(levels) * n, 0);
+    auto id = [&](int32_t level, int32_t u) { return level * n + u; };
+    for (int32_t level = 0; level < levels; ++level) {
+        out.accepting[id(level, unit.start)] = level >= min;
+        for (int32_t u = 0; u < n; ++u) {
+            if (unit.accepting[u]) continue;  // a finished word continues at the next level's start
+            for (int32_t c = 0; c < nc; ++c) {
+                int32_t t = unit.next[size_t(u) * nc + c];
+                if (t == Dfa::kDead) continue;
+                int32_t target = id(level, t);
+                if (unit.accepting[t]) {
+                    int32_t next_level = max < 0 ? std::min(level + 1, min) : level + 1;
+                    if (next_level >= levels) continue;
+                    target = id(next_level, unit.start);
+                }
+                out.next[size_t(id(level, u)) * nc + c] = target;
+            }
+        }
+    }
+    out.start = id(0, unit.start);
+    return dfa_trim(out);
+}
+
+std::optional<Dfa> dfa_enclose(const Dfa& content, uint8_t open, uint8_t close) {
+    // Classes: the content's, with `open` and `close` split off into classes of their own.
+    std::array<uint8_t, 256> cls = content.byte_class;
+    int32_t nc = content.num_classes;
+    int32_t open_class = nc, close_class = open == close ? nc : nc + 1;
+    int32_t out_classes = nc + (open == close ? 1 : 2);
+    uint8_t old_open = cls[open], old_close = cls[close];
+    cls[open] = static_cast<uint8_t>(open_class);
+    cls[close] = static_cast<uint8_t>(close_class);
+    int32_t n = content.num_states(), start = n, final_state = n + 1;
+    Dfa out;
+    out.byte_class = cls;
+    out.num_classes = out_classes;
+    out.next.assign(size_t(n + 2) * out_classes, Dfa::kDead);
+    out.accepting.assign(n + 2, 0);
+    for (int32_t s = 0; s < n; ++s) {
+        for (int32_t c = 0; c < nc; ++c) out.next[size_t(s) * out_classes + c] = content.next[size_t(s) * nc + c];
+        out.next[size_t(s) * out_classes + open_class] = content.next[size_t(s) * nc + old_open];
+        out.next[size_t(s) * out_classes + close_class] = content.next[size_t(s) * nc + old_close];
+        if (content.accepting[s]) {
+            if (out.next[size_t(s) * out_classes + close_class] != Dfa::kDead) return std::nullopt;
+            out.next[size_t(s) * out_classes + close_class] = final_state;
+        }
+    }
+    out.next[size_t(start) * out_classes + open_class] = content.start;
+    out.accepting[final_state] = 1;
+    out.start = start;
+    return dfa_trim(out);
 }
 
 }  // namespace deepinfer::grammar

@@ -5,6 +5,7 @@
 // one of the declared property names.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -12,6 +13,8 @@ namespace deepinfer::grammar {
 
 struct Dfa {
     static constexpr int32_t kDead = -1;
+    // Bound on the states of any automaton built by the operations below (GrammarError past it).
+    static constexpr int32_t kMaxStates = 200000;
 
     std::array<uint8_t, 256> byte_class{};  // byte -> class
     int32_t num_classes = 1;
@@ -32,5 +35,14 @@ Dfa dfa_product(const Dfa& a, const Dfa& b, DfaProduct op);
 
 // Drops states that are unreachable or cannot reach an accepting state; renumbers from 0.
 Dfa dfa_trim(const Dfa& dfa);
+
+// min..max (max < 0: unbounded) words of `unit`, whose language must be prefix-free (no word
+// extends another, as with one encoded character). Built directly as (words read, position in a
+// word) instead of unrolling copies, so long length bounds stay cheap to compile.
+Dfa dfa_repeat(const Dfa& unit, int32_t min, int32_t max);
+
+// `open` content `close`, when `close` can never follow a complete content word (so the wrapped
+// automaton stays deterministic); nullopt otherwise.
+std::optional<Dfa> dfa_enclose(const Dfa& content, uint8_t open, uint8_t close);
 
 }  // namespace deepinfer::grammar

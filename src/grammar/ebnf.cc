@@ -13,7 +13,8 @@ namespace {
 
 class EbnfParser {
 public:
-    EbnfParser(std::string_view text, const JsonSchemaOptions& json_options) : text_(text), json_options_(json_options) {}
+    EbnfParser(std::string_view text, const JsonSchemaOptions& json_options, FormatCache* formats)
+        : text_(text), json_options_(json_options), formats_(formats) {}
 
     Grammar run(const std::string& root_name) {
         skip_space();
@@ -142,6 +143,7 @@ private:
 
     std::string_view text_;
     const JsonSchemaOptions& json_options_;
+    FormatCache* formats_;
     size_t pos_ = 0;
     Grammar g_;
     std::map<std::string, RuleUse> rules_;
@@ -296,7 +298,7 @@ ExprId EbnfParser::parse_json() {
     } while (depth > 0);
     std::string prefix = "json" + std::to_string(num_json_++) + ".";
     try {
-        return add_json_schema(g_, text_.substr(start, pos_ - start), json_options_, prefix);
+        return add_json_schema(g_, text_.substr(start, pos_ - start), json_options_, prefix, formats_);
     } catch (const GrammarError& e) {
         pos_ = start;
         fail(std::string("in %json schema: ") + e.what());
@@ -305,8 +307,9 @@ ExprId EbnfParser::parse_json() {
 
 }  // namespace
 
-Grammar parse_ebnf(std::string_view text, const std::string& root_rule, const JsonSchemaOptions& json_options) {
-    return EbnfParser(text, json_options).run(root_rule);
+Grammar parse_ebnf(std::string_view text, const std::string& root_rule, const JsonSchemaOptions& json_options,
+                   FormatCache* formats) {
+    return EbnfParser(text, json_options, formats).run(root_rule);
 }
 
 }  // namespace deepinfer::grammar

@@ -10,6 +10,9 @@
 
 namespace deepinfer::grammar {
 
-Grammar parse_ebnf(std::string_view text, const std::string& root_rule, const JsonSchemaOptions& json_options);
+class FormatCache;
+
+Grammar parse_ebnf(std::string_view text, const std::string& root_rule, const JsonSchemaOptions& json_options,
+                   FormatCache* formats = nullptr);
 
 }  // namespace deepinfer::grammar

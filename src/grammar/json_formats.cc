@@ -5,6 +5,7 @@
 #include <string>
 
 #include "grammar/encoding.h"
+#include "grammar/pda.h"
 #include "grammar/regex.h"
 
 namespace deepinfer::grammar {
@@ -111,6 +112,19 @@ std::optional<ExprId> format_grammar(Grammar& g, std::string_view format) {
     if (format == "email") return from_regex(g, email());
     if (format == "uri") return from_regex(g, uri());
     return std::nullopt;
+}
+
+std::shared_ptr<const Dfa> FormatCache::get(const std::string& format) {
+    {
+        std::lock_guard lock(mutex_);
+        auto it = dfas_.find(format);
+        if (it != dfas_.end()) return it->second;
+    }
+    Grammar g;
+    auto expr = format_grammar(g, format);
+    auto dfa = expr ? std::make_shared<const Dfa>(regular_dfa(g, *expr)) : nullptr;
+    std::lock_guard lock(mutex_);
+    return dfas_.emplace(format, dfa).first->second;
 }
 
 }  // namespace deepinfer::grammar

@@ -181,7 +181,7 @@ bool SchemaCompiler::value_allowed(const SchemaNode& n, const Json& v) {
     if (!(n.types & type)) return false;
     if (type == json_type::kString) {
         std::string quoted = v.dump(-1, ' ', false, Json::error_handler_t::strict);
-        return regular_dfa(g_, string_content(n)).matches(std::string_view(quoted).substr(1, quoted.size() - 2));
+        return string_content_dfa(n).matches(std::string_view(quoted).substr(1, quoted.size() - 2));
     }
     if (type & json_type::kNumber) {
         if (n.numbers.lower.empty() && n.numbers.upper.empty() && n.multiple_of.empty()) return true;
@@ -228,13 +228,14 @@ ExprId SchemaCompiler::compile_types(const SchemaNode& n, int depth) {
     if (n.types & json_type::kNull) alts.push_back(g_.literal("null"));
     if (n.types & json_type::kBoolean) alts.push_back(g_.alt({g_.literal("true"), g_.literal("false")}));
     if (n.types & json_type::kNumber) alts.push_back(number_value(n));
-    if (n.types & json_type::kString) alts.push_back(g_.seq({g_.byte('"'), string_content(n), g_.byte('"')}));
+    if (n.types & json_type::kString) alts.push_back(string_value(n));
     if (n.types & json_type::kArray) alts.push_back(array_value(n, depth));
     if (n.types & json_type::kObject) alts.push_back(object_value(n, depth));
     return g_.alt(alts);
 }
 
-ExprId add_json_schema(Grammar& g, std::string_view schema_text, const JsonSchemaOptions& options, const std::string& rule_prefix) {
+ExprId add_json_schema(Grammar& g, std::string_view schema_text, const JsonSchemaOptions& options, const std::string& rule_prefix,
+                       FormatCache* formats) {
     Json schema;
     try {
         schema = Json::parse(schema_text);
@@ -242,7 +243,7 @@ ExprId add_json_schema(Grammar& g, std::string_view schema_text, const JsonSchem
         grammar_fail("schema is not valid JSON: {}", e.what());
     }
     SchemaDocument doc(schema);
-    return SchemaCompiler(g, doc, options, SchemaDialect::of_root(schema), rule_prefix).compile_root();
+    return SchemaCompiler(g, doc, options, SchemaDialect::of_root(schema), rule_prefix, formats).compile_root();
 }
 
 }  // namespace deepinfer::grammar

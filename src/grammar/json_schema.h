@@ -9,9 +9,12 @@
 
 namespace deepinfer::grammar {
 
+class FormatCache;
+
 // Adds rules for the JSON values `schema_text` accepts; returns the expression of one such value.
-// Rule names get `rule_prefix` so several schemas can live in one grammar.
+// Rule names get `rule_prefix` so several schemas can live in one grammar. `formats` (optional)
+// shares compiled format automata between compiles.
 ExprId add_json_schema(Grammar& g, std::string_view schema_text, const JsonSchemaOptions& options,
-                       const std::string& rule_prefix);
+                       const std::string& rule_prefix, FormatCache* formats = nullptr);
 
 }  // namespace deepinfer::grammar

@@ -10,6 +10,7 @@
 #include "grammar/dfa.h"
 #include "grammar/encoding.h"
 #include "grammar/grammar_ir.h"
+#include "grammar/json_formats.h"
 #include "grammar/regex.h"
 #include "grammar/json_schema_node.h"
 #include "grammar/json_schema_options.h"
@@ -20,8 +21,9 @@ namespace deepinfer::grammar {
 class SchemaCompiler {
 public:
     SchemaCompiler(Grammar& g, const SchemaDocument& doc, const JsonSchemaOptions& options, SchemaDialect dialect,
-                   std::string prefix)
-        : g_(g), doc_(doc), options_(options), dialect_(dialect), parser_(doc, options_, dialect), prefix_(std::move(prefix)) {}
+                   std::string prefix, FormatCache* formats)
+        : g_(g), doc_(doc), options_(options), dialect_(dialect), parser_(doc, options_, dialect), prefix_(std::move(prefix)),
+          formats_(formats) {}
 
     ExprId compile_root() { return ref_rule(doc_.root()); }
 
@@ -45,8 +47,9 @@ private:
     ExprId json_char();
     ExprId any_value();
     ExprId any_string();
-    ExprId string_content(const SchemaNode& n);
-    ExprId format_rule(const std::string& format);
+    ExprId string_value(const SchemaNode& n);
+    Dfa string_content_dfa(const SchemaNode& n);
+    std::shared_ptr<const Dfa> format_dfa(const std::string& format);
     ExprId array_value(const SchemaNode& n, int depth);
     ExprId object_value(const SchemaNode& n, int depth);
     ExprId extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth);
@@ -62,7 +65,9 @@ private:
     SchemaParser parser_;
     std::string prefix_;
     std::map<const Json*, int32_t> ref_rules_;
-    std::map<std::string, int32_t> format_rules_;
+    std::map<std::string, ExprId> string_values_;  // by constraints
+    FormatCache* formats_;
+    std::optional<Dfa> json_char_dfa_;
     int32_t any_rule_ = -1;
     ExprId ws_ = -1, json_char_ = -1, any_string_ = -1;
     int32_t num_extra_rules_ = 0;

@@ -46,35 +46,62 @@ ExprId SchemaCompiler::any_value() {
     return value;
 }
 
-ExprId SchemaCompiler::string_content(const SchemaNode& n) {
-    std::vector<ExprId> parts;
-    if (n.min_length > 0 || n.max_length >= 0) {
-        if (n.min_length > 100000 || n.max_length > 100000) grammar_fail("string length bounds above 100000 are not supported");
-        parts.push_back(g_.repeat(json_char(), static_cast<int32_t>(n.min_length),
-                                  n.max_length < 0 ? Grammar::kUnbounded : static_cast<int32_t>(n.max_length)));
-    }
-    for (const std::string& p : n.patterns)
-        parts.push_back(lower_regex(g_, parse_pattern(p), CharEncoding::kJsonString, RegexMatch::kSearch));
-    for (const std::string& f : n.formats) parts.push_back(format_rule(f));
-    if (parts.empty()) return g_.star(json_char());
-    if (parts.size() == 1) return parts[0];
-    Dfa dfa = regular_dfa(g_, parts[0]);
-    for (size_t i = 1; i < parts.size(); ++i) dfa = dfa_product(dfa, regular_dfa(g_, parts[i]), DfaProduct::kIntersection);
-    return g_.automaton(std::move(dfa));
+std::shared_ptr<const Dfa> SchemaCompiler::format_dfa(const std::string& format) {
+    if (formats_) return formats_->get(format);
+    auto expr = format_grammar(g_, format);
+    return expr ? std::make_shared<const Dfa>(regular_dfa(g_, *expr)) : nullptr;
 }
 
-// One rule per format and schema, entered by calls: date-time with exact leap seconds is large, and
-// several fields of one format share it.
-ExprId SchemaCompiler::format_rule(const std::string& format) {
-    auto it = format_rules_.find(format);
-    if (it != format_rules_.end()) return g_.rule_ref(it->second);
-    auto grammar = format_grammar(g_, format);
-    if (!grammar) grammar_fail("unsupported format '{}'", format);
-    int32_t rule = g_.add_rule(prefix_ + "format-" + format);
-    g_.set_rule_inlinable(rule, false);
-    g_.set_rule_body(rule, *grammar);
-    format_rules_.emplace(format, rule);
-    return g_.rule_ref(rule);
+// The content of a constrained string: length bounds, patterns and formats, intersected.
+Dfa SchemaCompiler::string_content_dfa(const SchemaNode& n) {
+    std::vector<Dfa> parts;
+    // Counted characters are spelled canonically (escapes only where JSON needs them): the count
+    // multiplies the character automaton, which is much smaller that way.
+    if (!json_char_dfa_) json_char_dfa_ = regular_dfa(g_, encode_class(g_, CodepointSet::all(), CharEncoding::kJsonMinimal));
+    if (n.min_length > 0 || n.max_length >= 0) {
+        if (n.min_length > Dfa::kMaxStates || n.max_length > Dfa::kMaxStates)
+            grammar_fail("grammar too large: string length bound above {}", Dfa::kMaxStates);
+        parts.push_back(dfa_repeat(*json_char_dfa_, static_cast<int32_t>(n.min_length), static_cast<int32_t>(n.max_length)));
+    }
+    for (const std::string& p : n.patterns)
+        parts.push_back(regular_dfa(g_, lower_regex(g_, parse_pattern(p), CharEncoding::kJsonString, RegexMatch::kSearch)));
+    for (const std::string& f : n.formats) {
+        auto dfa = format_dfa(f);
+        if (!dfa) grammar_fail("unsupported format '{}'", f);
+        parts.push_back(*dfa);
+    }
+    if (parts.empty()) return regular_dfa(g_, g_.star(json_char()));
+    Dfa dfa = std::move(parts[0]);
+    for (size_t i = 1; i < parts.size(); ++i) dfa = dfa_product(dfa, parts[i], DfaProduct::kIntersection);
+    return dfa;
+}
+
+// A string value. Constrained ones become one automaton with their quotes; a large one becomes a
+// rule of its own, entered by calls, shared by every place with the same constraints.
+ExprId SchemaCompiler::string_value(const SchemaNode& n) {
+    constexpr int32_t kInlineStates = 48;
+    if (n.min_length == 0 && n.max_length < 0 && n.patterns.empty() && n.formats.empty())
+        return any_string();
+    std::string key = std::to_string(n.min_length) + "," + std::to_string(n.max_length);
+    for (const auto& p : n.patterns) key += "|p" + p;
+    for (const auto& f : n.formats) key += "|f" + f;
+    auto it = string_values_.find(key);
+    if (it != string_values_.end()) return it->second;
+    Dfa content = string_content_dfa(n);
+    auto quoted = dfa_enclose(content, '"', '"');
+    ExprId value;
+    if (!quoted) {
+        value = g_.seq({g_.byte('"'), g_.automaton(std::move(content)), g_.byte('"')});
+    } else if (quoted->num_states() <= kInlineStates) {
+        value = g_.automaton(std::move(*quoted));
+    } else {
+        int32_t rule = g_.add_rule(prefix_ + "string" + std::to_string(string_values_.size()));
+        g_.set_rule_inlinable(rule, false);
+        g_.set_rule_body(rule, g_.automaton(std::move(*quoted)));
+        value = g_.rule_ref(rule);
+    }
+    string_values_.emplace(key, value);
+    return value;
 }
 
 ExprId SchemaCompiler::array_value(const SchemaNode& n, int depth) {

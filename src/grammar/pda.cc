@@ -22,12 +22,23 @@ public:
 
         Nfa nfa(grammar_.byte_sets());
         NfaBuilder builder(grammar_, inline_rule, nfa, limits_.max_nfa_states);
-        // The root first; every rule a call reaches gets its own fragment too.
+        // The root first; every rule a call reaches gets its own fragment too. A called rule that
+        // is one precompiled automaton keeps it as its DFA (no NFA, no subset construction); its
+        // byte classes join the partition.
         std::vector<int32_t> rules{grammar_.root()};
-        std::vector<std::pair<int32_t, int32_t>> ends;  // per called rule: (start, accept)
+        std::vector<std::pair<int32_t, int32_t>> ends;  // per called rule: (start, accept), or -1 for an automaton
         for (size_t i = 0; i < rules.size(); ++i) {
             const GrammarRule& rule = grammar_.rule(rules[i]);
             if (rule.body < 0) grammar_fail("rule '{}' is used but never defined", rule.name);
+            const ExprNode& body = grammar_.node(rule.body);
+            if (body.kind == ExprKind::kAutomaton) {
+                const Dfa& dfa = grammar_.fragment(body.arg);
+                std::vector<ByteSet> class_sets(dfa.num_classes);
+                for (int b = 0; b < 256; ++b) class_sets[dfa.byte_class[b]].add(static_cast<uint8_t>(b));
+                for (const ByteSet& set : class_sets) nfa.intern(set);
+                ends.emplace_back(-1, body.arg);
+                continue;
+            }
             int32_t accept = nfa.add_state();
             ends.emplace_back(builder.build(rule.body, accept), accept);
             for (int32_t r : builder.called_rules())
@@ -36,7 +47,9 @@ public:
         nfa.finish();
         ByteClasses classes = ByteClasses::partition(nfa.byte_sets());
         std::vector<RuleDfa> dfas;
-        for (auto [start, accept] : ends) dfas.push_back(determinize(nfa, classes, start, accept, limits_.max_rule_states));
+        for (auto [start, accept] : ends)
+            dfas.push_back(start < 0 ? from_fragment(grammar_.fragment(accept), classes)
+                                     : determinize(nfa, classes, start, accept, limits_.max_rule_states));
         assemble(rules, dfas, classes);
         trim();
         check_left_recursion(rules);
@@ -44,6 +57,27 @@ public:
     }
 
 private:
+    // The fragment's table over the grammar's byte classes, renumbered so its start is state 0.
+    static RuleDfa from_fragment(const Dfa& dfa, const ByteClasses& classes) {
+        RuleDfa out;
+        out.num_states = dfa.num_states();
+        auto renumber = [&](int32_t s) { return s == dfa.start ? 0 : s == 0 ? dfa.start : s; };
+        std::vector<uint8_t> representative(classes.count);
+        for (int b = 255; b >= 0; --b) representative[classes.of_byte[b]] = static_cast<uint8_t>(b);
+        out.next.assign(size_t(out.num_states) * classes.count, -1);
+        out.accepting.assign(out.num_states, 0);
+        out.calls.resize(out.num_states);
+        for (int32_t s = 0; s < out.num_states; ++s) {
+            int32_t to = renumber(s);
+            out.accepting[to] = dfa.accepting[s];
+            for (int32_t c = 0; c < classes.count; ++c) {
+                int32_t t = dfa.step(s, representative[c]);
+                out.next[size_t(to) * classes.count + c] = t == Dfa::kDead ? -1 : renumber(t);
+            }
+        }
+        return out;
+    }
+
     void assemble(const std::vector<int32_t>& rules, const std::vector<RuleDfa>& dfas, const ByteClasses& classes) {
         pda_.byte_class_ = classes.of_byte;
         pda_.num_classes_ = classes.count;
@@ -52,6 +86,8 @@ private:
         std::vector<int32_t> base(grammar_.num_rules(), -1);
         int32_t total = 1;  // state 0: dead
         for (size_t i = 0; i < rules.size(); ++i) base[rules[i]] = total, total += dfas[i].num_states;
+        if (total > limits_.max_total_states)
+            grammar_fail("grammar too large: more than {} automaton states", limits_.max_total_states);
         pda_.next_.assign(size_t(total) * classes.count, Pda::kDead);
         pda_.accepting_.assign(total, 0);
         pda_.rule_of_.assign(total, -1);

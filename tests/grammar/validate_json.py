@@ -8,6 +8,7 @@ JSON Schema patterns are ECMA-262 regexes; Python's re reads \\d, \\w, \\s, '.' 
 (Unicode digits, no U+FEFF in \\s, '.' matching U+2028, '$' before a final newline), so "pattern" is
 checked after rewriting those to their ECMA-262 definitions."""
 import json
+import math
 import re
 import sys
 
@@ -53,9 +54,22 @@ def ecma_pattern(validator, pattern, instance, schema):
         yield ValidationError("%r does not match %r" % (instance, pattern))
 
 
+class FloatOverflow(Exception):
+    pass
+
+
+def parse_float(literal):
+    value = float(literal)
+    if math.isinf(value):  # valid JSON, but beyond what Python's validator can compare
+        raise FloatOverflow(literal)
+    return value
+
+
 def check(schema, text):
     try:
-        instance = json.loads(text)
+        instance = json.loads(text, parse_float=parse_float)
+    except FloatOverflow as e:
+        return "?number %s overflows a double" % e
     except ValueError as e:
         return "not JSON: %s" % e
     try:
