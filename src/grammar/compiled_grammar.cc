@@ -42,13 +42,18 @@ CompiledGrammar::SliceFit CompiledGrammar::slice_fit(int32_t state) const {
 CompiledGrammar::AsciiLoop CompiledGrammar::ascii_loop(int32_t state) const {
     std::atomic<uint64_t>* slot = &ascii_loop_[3 * size_t(state)];
     if (slot[2].load(std::memory_order_acquire)) return {{slot[0].load(std::memory_order_relaxed), slot[1].load(std::memory_order_relaxed)}};
+    AsciiLoop loop = compute_ascii_loop(state);
+    slot[0].store(loop.bytes[0], std::memory_order_relaxed);
+    slot[1].store(loop.bytes[1], std::memory_order_relaxed);
+    slot[2].store(1, std::memory_order_release);
+    return loop;
+}
+
+CompiledGrammar::AsciiLoop CompiledGrammar::compute_ascii_loop(int32_t state) const {
     AsciiLoop loop{{0, 0}};
     const int32_t* row = pda_.row(state);
     for (int b = 0; b < 128; ++b)
         if (row[pda_.byte_class()[b]] == state) loop.bytes[b >> 6] |= uint64_t{1} << (b & 63);
-    slot[0].store(loop.bytes[0], std::memory_order_relaxed);
-    slot[1].store(loop.bytes[1], std::memory_order_relaxed);
-    slot[2].store(1, std::memory_order_release);
     return loop;
 }
 

@@ -31,7 +31,8 @@ public:
         bool usable() const { return slice >= 0 && chars > 0 && (exact || chars == VocabularySlice::kMaxChars); }
     };
     SliceFit slice_fit(int32_t state) const;
-    // ASCII bytes that lead from `state` back to itself (lazily computed, remembered).
+    // The ASCII bytes that lead from `state` back to itself (lazily computed, remembered): every
+    // string of them keeps the state where it is.
     struct AsciiLoop {
         uint64_t bytes[2];
     };
@@ -47,6 +48,7 @@ private:
     };
 
     SliceFit fit(int32_t state, int32_t slice) const;
+    AsciiLoop compute_ascii_loop(int32_t state) const;
 
     Pda pda_;
     std::shared_ptr<const Vocabulary> vocabulary_;
