@@ -93,10 +93,11 @@ std::string mutate(std::mt19937& rng, std::string s) {
     static const std::string kChars = "0123456789.+-*()ax_ ";
     if (s.empty()) return s;
     size_t at = rng() % s.size();
-    switch (rng() % 3) {
+    switch (rng() % 4) {
         case 0: s[at] = kChars[rng() % kChars.size()]; break;
         case 1: s.erase(at, 1); break;
-        default: s.insert(at, 1, s[at]);
+        case 2: s.insert(at, 1, s[at]); break;
+        default: s += "." + std::to_string(rng() % 100);  // a second fraction after a number
     }
     return s;
 }
@@ -144,6 +145,7 @@ TEST(Ebnf, LiteralsClassesAndRepetition) {
     EXPECT_FALSE(accepts_text(g, "hi abcde"));    // too many
     EXPECT_FALSE(accepts_text(g, "hi ab\nc"));    // class excludes newline
     EXPECT_FALSE(accepts_text(g, "hi ab!;"));     // ";" needs one character after it
+    EXPECT_FALSE(accepts_text(g, "hi ab!!"));     // "!"? is at most one
 }
 
 TEST(Ebnf, EmbedsJsonSchemasAndRegexes) {
