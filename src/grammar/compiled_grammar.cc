@@ -41,20 +41,44 @@ CompiledGrammar::SliceFit CompiledGrammar::slice_fit(int32_t state) const {
 
 CompiledGrammar::AsciiLoop CompiledGrammar::ascii_loop(int32_t state) const {
     std::atomic<uint64_t>* slot = &ascii_loop_[3 * size_t(state)];
-    if (slot[2].load(std::memory_order_acquire)) return {{slot[0].load(std::memory_order_relaxed), slot[1].load(std::memory_order_relaxed)}};
+    if (uint64_t flags = slot[2].load(std::memory_order_acquire))
+        return {{slot[0].load(std::memory_order_relaxed), slot[1].load(std::memory_order_relaxed)}, (flags & 2) != 0};
     AsciiLoop loop = compute_ascii_loop(state);
     slot[0].store(loop.bytes[0], std::memory_order_relaxed);
     slot[1].store(loop.bytes[1], std::memory_order_relaxed);
-    slot[2].store(1, std::memory_order_release);
+    slot[2].store(loop.non_ascii ? 3 : 1, std::memory_order_release);
     return loop;
 }
 
 CompiledGrammar::AsciiLoop CompiledGrammar::compute_ascii_loop(int32_t state) const {
-    AsciiLoop loop{{0, 0}};
+    AsciiLoop loop{{0, 0}, false};
     const int32_t* row = pda_.row(state);
     for (int b = 0; b < 128; ++b)
         if (row[pda_.byte_class()[b]] == state) loop.bytes[b >> 6] |= uint64_t{1} << (b & 63);
+    loop.non_ascii = (loop.bytes[0] | loop.bytes[1]) != 0 && loops_on_non_ascii(state);
     return loop;
+}
+
+// Every multi-byte character leads from `state` back to it: walk (position in a character, state)
+// pairs over every byte, failing on a dead step or a character that ends elsewhere.
+bool CompiledGrammar::loops_on_non_ascii(int32_t state) const {
+    const Dfa& one = vocabulary_->non_ascii_char();
+    std::vector<std::pair<int32_t, int32_t>> todo{{one.start, state}}, seen = todo;
+    while (!todo.empty()) {
+        auto [u, q] = todo.back();
+        todo.pop_back();
+        for (int b = 0x80; b < 256; ++b) {
+            int32_t u2 = one.step(u, uint8_t(b));
+            if (u2 == Dfa::kDead) continue;
+            int32_t q2 = pda_.step(q, uint8_t(b));
+            if (q2 == Pda::kDead || (one.accepting[u2] && q2 != state)) return false;
+            if (one.accepting[u2]) continue;
+            std::pair<int32_t, int32_t> next{u2, q2};
+            if (std::find(seen.begin(), seen.end(), next) == seen.end()) seen.push_back(next), todo.push_back(next);
+            if (seen.size() > 64) return false;
+        }
+    }
+    return true;
 }
 
 // Reads the slice's characters one at a time from the states reached so far, for up to kMaxChars

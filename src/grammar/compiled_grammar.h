@@ -35,6 +35,7 @@ public:
     // string of them keeps the state where it is.
     struct AsciiLoop {
         uint64_t bytes[2];
+        bool non_ascii;  // every non-ASCII character leads back to the state too
     };
     AsciiLoop ascii_loop(int32_t state) const;
     // The language is empty (e.g. the JSON schema `false`): no token and no EOS is ever allowed.
@@ -49,6 +50,7 @@ private:
 
     SliceFit fit(int32_t state, int32_t slice) const;
     AsciiLoop compute_ascii_loop(int32_t state) const;
+    bool loops_on_non_ascii(int32_t state) const;
 
     Pda pda_;
     std::shared_ptr<const Vocabulary> vocabulary_;

@@ -191,11 +191,12 @@ void GrammarMatcher::walk_trie(const TokenTrie& trie, std::span<const Config> ro
         // A configuration that loops on every byte below this node allows every token below: no
         // need to walk there.
         const SubtreeBytes& below = trie.subtree_bytes(static_cast<int32_t>(i));
-        if (!below.non_ascii && node.skip - i > 1) {
+        if (below.utf8 && node.skip - i > 1) {
             bool covered = false;
             for (size_t k = parent_begin; k < parent_end && !covered; ++k) {
                 CompiledGrammar::AsciiLoop loop = grammar_->ascii_loop(levels[k].state);
-                covered = (below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0;
+                covered = (below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0 &&
+                          (!below.non_ascii || loop.non_ascii);
             }
             if (covered) {
                 for (int32_t k = trie.subtree_tokens(static_cast<int32_t>(i)), e = trie.subtree_tokens(node.skip); k < e; ++k)

@@ -2,9 +2,33 @@
 
 #include <algorithm>
 
+#include "grammar/encoding.h"
 #include "grammar/grammar_error.h"
 
 namespace deepinfer::grammar {
+
+namespace {
+
+// Well-formed UTF-8, except that the last character may be cut short.
+bool is_utf8_prefix(const std::string& bytes) {
+    size_t pos = 0;
+    uint32_t c = 0;
+    while (pos < bytes.size()) {
+        if (decode_utf8(bytes, pos, c)) continue;
+        // A cut character: a valid lead byte and continuation bytes up to the end.
+        std::string padded = bytes.substr(pos);
+        for (char fill : {'\x80', '\x80', '\x80'}) {
+            size_t p = 0;
+            if (decode_utf8(padded, p, c) && p == padded.size()) return true;
+            padded.push_back(fill);
+        }
+        size_t p = 0;
+        return decode_utf8(padded, p, c) && p == padded.size();
+    }
+    return true;
+}
+
+}  // namespace
 
 TokenTrie TokenTrie::build(const std::vector<std::string>& token_bytes, std::vector<int32_t> ids) {
     std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
@@ -55,9 +79,11 @@ TokenTrie TokenTrie::build(const std::vector<std::string>& token_bytes, std::vec
         SubtreeBytes& sb = trie.subtree_bytes_[i];
         if (node.byte >= 0x80) sb.non_ascii = true;
         else sb.ascii[node.byte >> 6] |= uint64_t{1} << (node.byte & 63);
+        for (int32_t k = 0; k < node.num_tokens; ++k) sb.utf8 = sb.utf8 && is_utf8_prefix(token_bytes[ids[node.first_token + k]]);
         for (size_t c = i + 1; c < size_t(node.skip); c = trie.nodes_[c].skip) {
             const SubtreeBytes& child = trie.subtree_bytes_[c];
             sb.ascii[0] |= child.ascii[0], sb.ascii[1] |= child.ascii[1], sb.non_ascii |= child.non_ascii;
+            sb.utf8 = sb.utf8 && child.utf8;
         }
     }
     return trie;

@@ -17,11 +17,14 @@ struct TrieNode {
     int32_t num_tokens;
 };
 
-// The bytes on the edges of a subtree (the node's own byte included): ASCII as a 128-bit set, and
-// whether any byte is >= 0x80. A state that loops on all of them accepts every token below.
+// The bytes on the edges of a subtree (the node's own byte included): ASCII as a 128-bit set,
+// whether any byte is >= 0x80, and whether every token of the subtree is well-formed UTF-8 (a
+// partial last character allowed). A state that loops on all those bytes (for non-ASCII: on every
+// non-ASCII character, with well-formed tokens) accepts every token below.
 struct SubtreeBytes {
     uint64_t ascii[2] = {0, 0};
     bool non_ascii = false;
+    bool utf8 = true;
 };
 
 class TokenTrie {

@@ -28,6 +28,8 @@ std::shared_ptr<const Vocabulary> Vocabulary::create(std::vector<std::string> to
     json_content = json_content.minus(CodepointSet::of('"'));
     json_content = json_content.minus(CodepointSet::of('\\'));
     v->add_slice("json-string-content", json_content);
+    Grammar g;
+    v->non_ascii_char_ = regular_dfa(g, utf8_class(g, CodepointSet::range(0x80, CodepointSet::kMax)));
     return v;
 }
 

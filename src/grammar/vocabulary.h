@@ -48,6 +48,8 @@ public:
     // Tokens that can match grammar bytes: not special, not empty.
     const TokenTrie& trie() const { return trie_; }
     const std::vector<VocabularySlice>& slices() const { return slices_; }
+    // One non-ASCII character as UTF-8 (to test whether a state loops on all of them).
+    const Dfa& non_ascii_char() const { return non_ascii_char_; }
 
 private:
     Vocabulary() = default;
@@ -58,6 +60,7 @@ private:
     std::vector<int32_t> eos_ids_;
     TokenTrie trie_;
     std::vector<VocabularySlice> slices_;
+    Dfa non_ascii_char_;
 };
 
 }  // namespace deepinfer::grammar
