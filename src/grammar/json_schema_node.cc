@@ -225,9 +225,56 @@ void SchemaParser::parse_object_keywords(const Json& s, const std::string& base,
     }
 }
 
+namespace {
+
+const Json kFalseSchema = false;
+const SchemaRef kNever{&kFalseSchema, ""};
+
+// Arrays: position by position; past a node's prefix its `items` schema applies.
+void merge_arrays(SchemaNode& a, const SchemaNode& b) {
+    auto at = [](const SchemaNode& n, size_t i) {
+        if (i < n.prefix_items.size()) return n.prefix_items[i];
+        return n.items_forbidden ? SchemaConj{kNever} : n.items;
+    };
+    std::vector<SchemaConj> prefix(std::max(a.prefix_items.size(), b.prefix_items.size()));
+    for (size_t i = 0; i < prefix.size(); ++i) {
+        prefix[i] = at(a, i);
+        SchemaConj other = at(b, i);
+        prefix[i].insert(prefix[i].end(), other.begin(), other.end());
+    }
+    a.prefix_items = std::move(prefix);
+    a.items.insert(a.items.end(), b.items.begin(), b.items.end());
+    a.items_forbidden = a.items_forbidden || b.items_forbidden;
+    a.min_items = std::max(a.min_items, b.min_items);
+    if (b.max_items >= 0) a.max_items = a.max_items < 0 ? b.max_items : std::min(a.max_items, b.max_items);
+}
+
+// Objects: a property one side does not declare must satisfy that side's additionalProperties
+// (or its matching patternProperties, which this merge does not work out, so it refuses).
+void merge_objects(SchemaNode& a, const SchemaNode& b) {
+    if ((!a.pattern_properties.empty() || !b.pattern_properties.empty()) && a.constrains_keys() && b.constrains_keys())
+        grammar_fail("unsupported JSON Schema keyword 'patternProperties' (next to other property keywords through allOf or $ref)");
+    a.pattern_properties.insert(a.pattern_properties.end(), b.pattern_properties.begin(), b.pattern_properties.end());
+    for (PropertySchema& p : a.properties) {
+        const PropertySchema* q = b.property(p.name);
+        const SchemaConj extra = q ? q->schemas : b.additional_forbidden ? SchemaConj{kNever} : b.additional;
+        p.schemas.insert(p.schemas.end(), extra.begin(), extra.end());
+    }
+    for (const PropertySchema& q : b.properties) {
+        if (a.property(q.name)) continue;
+        PropertySchema p = q;
+        const SchemaConj extra = a.additional_forbidden ? SchemaConj{kNever} : a.additional;
+        p.schemas.insert(p.schemas.end(), extra.begin(), extra.end());
+        a.properties.push_back(std::move(p));
+    }
+    a.additional.insert(a.additional.end(), b.additional.begin(), b.additional.end());
+    a.additional_forbidden = a.additional_forbidden || b.additional_forbidden;
+    a.required.insert(b.required.begin(), b.required.end());
+}
+
+}  // namespace
+
 void SchemaParser::merge_into(SchemaNode& a, SchemaNode b) {
-    static const Json kFalse = false;
-    const SchemaRef never{&kFalse, ""};
     // A bare $ref meeting other constraints is expanded; the depth guard stops endless recursion.
     for (SchemaNode* n : {&a, &b}) {
         if (!n->reference) continue;
@@ -254,42 +301,8 @@ void SchemaParser::merge_into(SchemaNode& a, SchemaNode b) {
     a.numbers.lower.insert(a.numbers.lower.end(), b.numbers.lower.begin(), b.numbers.lower.end());
     a.numbers.upper.insert(a.numbers.upper.end(), b.numbers.upper.begin(), b.numbers.upper.end());
     a.multiple_of.insert(a.multiple_of.end(), b.multiple_of.begin(), b.multiple_of.end());
-    // Arrays: position by position; past a node's prefix its `items` schema applies.
-    auto at = [&](const SchemaNode& n, size_t i) {
-        if (i < n.prefix_items.size()) return n.prefix_items[i];
-        return n.items_forbidden ? SchemaConj{never} : n.items;
-    };
-    std::vector<SchemaConj> prefix(std::max(a.prefix_items.size(), b.prefix_items.size()));
-    for (size_t i = 0; i < prefix.size(); ++i) {
-        prefix[i] = at(a, i);
-        SchemaConj other = at(b, i);
-        prefix[i].insert(prefix[i].end(), other.begin(), other.end());
-    }
-    a.prefix_items = std::move(prefix);
-    a.items.insert(a.items.end(), b.items.begin(), b.items.end());
-    a.items_forbidden = a.items_forbidden || b.items_forbidden;
-    a.min_items = std::max(a.min_items, b.min_items);
-    if (b.max_items >= 0) a.max_items = a.max_items < 0 ? b.max_items : std::min(a.max_items, b.max_items);
-    // Objects: a property one side does not declare must satisfy that side's additionalProperties
-    // (or its matching patternProperties, which this merge does not work out).
-    if ((!a.pattern_properties.empty() || !b.pattern_properties.empty()) && a.constrains_keys() && b.constrains_keys())
-        grammar_fail("unsupported JSON Schema keyword 'patternProperties' (next to other property keywords through allOf or $ref)");
-    a.pattern_properties.insert(a.pattern_properties.end(), b.pattern_properties.begin(), b.pattern_properties.end());
-    for (PropertySchema& p : a.properties) {
-        const PropertySchema* q = b.property(p.name);
-        const SchemaConj& extra = q ? q->schemas : b.additional_forbidden ? SchemaConj{never} : b.additional;
-        p.schemas.insert(p.schemas.end(), extra.begin(), extra.end());
-    }
-    for (const PropertySchema& q : b.properties) {
-        if (a.property(q.name)) continue;
-        PropertySchema p = q;
-        const SchemaConj extra = a.additional_forbidden ? SchemaConj{never} : a.additional;
-        p.schemas.insert(p.schemas.end(), extra.begin(), extra.end());
-        a.properties.push_back(std::move(p));
-    }
-    a.additional.insert(a.additional.end(), b.additional.begin(), b.additional.end());
-    a.additional_forbidden = a.additional_forbidden || b.additional_forbidden;
-    a.required.insert(b.required.begin(), b.required.end());
+    merge_arrays(a, b);
+    merge_objects(a, b);
     for (auto& g : b.any_of) a.any_of.push_back(std::move(g));
     for (auto& g : b.one_of) a.one_of.push_back(std::move(g));
     a.negated.insert(a.negated.end(), b.negated.begin(), b.negated.end());

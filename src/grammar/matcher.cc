@@ -168,6 +168,20 @@ void GrammarMatcher::fill_next_token_bitmask(uint32_t* words) {
     }
 }
 
+// A configuration loops on every byte below this trie node, so it allows every token below: no
+// need to walk there.
+bool GrammarMatcher::loops_below(const TokenTrie& trie, int32_t node, const Config* configs, size_t count) const {
+    const SubtreeBytes& below = trie.subtree_bytes(node);
+    if (!below.utf8) return false;
+    for (size_t k = 0; k < count; ++k) {
+        CompiledGrammar::AsciiLoop loop = grammar_->ascii_loop(configs[k].state);
+        if ((below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0 &&
+            (!below.non_ascii || loop.non_ascii))
+            return true;
+    }
+    return false;
+}
+
 // Depth-first walk over the token trie, stepping the configurations one byte per trie edge and
 // skipping every subtree whose prefix no configuration accepts. Level d of the walk holds the
 // configurations after the first d bytes of the current node's token.
@@ -188,22 +202,11 @@ void GrammarMatcher::walk_trie(const TokenTrie& trie, std::span<const Config> ro
         const TrieNode& node = nodes[i];
         int32_t d = node.depth;
         size_t parent_begin = s.level_begin[d - 1], parent_end = s.level_begin[d], end = parent_end;
-        // A configuration that loops on every byte below this node allows every token below: no
-        // need to walk there.
-        const SubtreeBytes& below = trie.subtree_bytes(static_cast<int32_t>(i));
-        if (below.utf8 && node.skip - i > 1) {
-            bool covered = false;
-            for (size_t k = parent_begin; k < parent_end && !covered; ++k) {
-                CompiledGrammar::AsciiLoop loop = grammar_->ascii_loop(levels[k].state);
-                covered = (below.ascii[0] & ~loop.bytes[0]) == 0 && (below.ascii[1] & ~loop.bytes[1]) == 0 &&
-                          (!below.non_ascii || loop.non_ascii);
-            }
-            if (covered) {
-                for (int32_t k = trie.subtree_tokens(static_cast<int32_t>(i)), e = trie.subtree_tokens(node.skip); k < e; ++k)
-                    words[ids[k] >> 5] |= 1u << (ids[k] & 31);
-                i = node.skip;
-                continue;
-            }
+        if (node.skip - i > 1 && loops_below(trie, static_cast<int32_t>(i), levels.data() + parent_begin, parent_end - parent_begin)) {
+            for (int32_t k = trie.subtree_tokens(static_cast<int32_t>(i)), e = trie.subtree_tokens(node.skip); k < e; ++k)
+                words[ids[k] >> 5] |= 1u << (ids[k] & 31);
+            i = node.skip;
+            continue;
         }
         const Config& only = levels[parent_begin];
         if (parent_end - parent_begin == 1 && !s.stepper.needs_expansion(only)) {

@@ -67,6 +67,7 @@ private:
     bool advance(std::string_view bytes, std::vector<Config>& configs);
     void commit(const std::vector<Config>& configs, bool terminated);
     void walk_trie(const TokenTrie& trie, std::span<const Config> roots, uint32_t* words);
+    bool loops_below(const TokenTrie& trie, int32_t node, const Config* configs, size_t count) const;
 
     std::shared_ptr<const CompiledGrammar> grammar_;
     int32_t max_rollback_;
