@@ -4,6 +4,7 @@
 #include "grammar/encoding.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_formats.h"
+#include "grammar/json_keys.h"
 #include "grammar/json_schema_compiler.h"
 #include "grammar/pda.h"
 #include "grammar/regex.h"
@@ -170,12 +171,14 @@ ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::
         ExprId key_char = encode_class(g_, CodepointSet::all(), CharEncoding::kJsonMinimal);
         any_key_ = g_.seq({g_.byte('"'), g_.star(key_char), g_.byte('"')});
     }
-    if (!any_key_dfa_) any_key_dfa_ = regular_dfa(g_, any_key_);
-    Dfa keys = *any_key_dfa_;
-    if (!declared.empty()) {
+    if (!json_char_dfa_) json_char_dfa_ = regular_dfa(g_, encode_class(g_, CodepointSet::all(), CharEncoding::kJsonMinimal));
+    std::optional<Dfa> direct = keys_except(*json_char_dfa_, declared);
+    Dfa keys = direct ? std::move(*direct) : Dfa{};
+    if (!direct) {
+        if (!any_key_dfa_) any_key_dfa_ = regular_dfa(g_, any_key_);
         std::vector<ExprId> names;
         for (const std::string& name : declared) names.push_back(quoted_key(name));
-        keys = dfa_product(keys, regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference);
+        keys = dfa_product(*any_key_dfa_, regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference);
     }
     std::vector<Dfa> patterns;
     for (const PropertySchema& p : n.pattern_properties) {
