@@ -51,7 +51,7 @@ std::optional<Dfa> keys_except(const Dfa& key_char, const std::vector<std::strin
     out.accepting.assign(final_state + 1, 0);
     out.accepting[final_state] = 1;
     auto free_step = [&](int32_t u, uint8_t b, bool is_a_name) {
-        if (u == key_char.start && b == '"') return final_state;
+        if (u == key_char.start && b == '"') return is_a_name ? Dfa::kDead : final_state;
         int32_t next = key_char.step(u, b);
         if (next == Dfa::kDead) return Dfa::kDead;
         return first_free + (key_char.accepting[next] ? key_char.start : next);
