@@ -11,11 +11,20 @@
 
 namespace deepinfer::grammar {
 
+// Whitespace between tokens. Flexible whitespace is one small rule entered by calls, so its bounded
+// run is not expanded again at every position of the grammar.
 ExprId SchemaCompiler::ws() {
     if (ws_ < 0) {
-        ByteSet space = ByteSet::of(' ');
-        for (char c : {'\t', '\n', '\r'}) space.add(static_cast<uint8_t>(c));
-        ws_ = options_.whitespace == JsonWhitespace::kCompact ? g_.empty() : g_.repeat(g_.bytes(space), 0, options_.max_whitespace);
+        if (options_.whitespace == JsonWhitespace::kCompact) {
+            ws_ = g_.empty();
+        } else {
+            ByteSet space = ByteSet::of(' ');
+            for (char c : {'\t', '\n', '\r'}) space.add(static_cast<uint8_t>(c));
+            int32_t rule = g_.add_rule(prefix_ + "ws");
+            g_.set_rule_inlinable(rule, false);
+            g_.set_rule_body(rule, g_.repeat(g_.bytes(space), 0, options_.max_whitespace));
+            ws_ = g_.rule_ref(rule);
+        }
     }
     return ws_;
 }

@@ -65,5 +65,31 @@ TEST(JsonSchemaSuite, ValidAcceptedInvalidRejectedOrRefused) {
     EXPECT_GT(tally.valid_accepted + tally.invalid_rejected, 1000);
 }
 
+// The same cases with flexible whitespace, instances pretty-printed (newlines, indentation, ", ").
+TEST(JsonSchemaSuite, FlexibleWhitespaceAcceptsPrettyPrintedInstances) {
+    GrammarCompiler compiler(deepseek_vocabulary());
+    ConformanceTally tally;
+    for (const fs::path& file : suite_files()) {
+        JsonSchemaOptions options = options_for(file);
+        options.whitespace = JsonWhitespace::kFlexible;
+        options.max_whitespace = 64;
+        for (const JsonText& c : parse_json_text(read_file(file.string())).items) {
+            auto compiled = compiler.compile_json_schema(write_json_text(*c.find("schema"), false), options);
+            if (!compiled.ok()) continue;
+            for (const JsonText& t : c.find("tests")->items) {
+                std::string text = write_json_text(*t.find("data"), true, 2);
+                tally.add(check_instance(compiled.value(), text), t.find("valid")->kind == JsonText::Kind::kTrue,
+                          file.filename().string() + " / " + c.find("description")->text + " " + text);
+            }
+        }
+    }
+    std::cout << tally.summary("JSON-Schema-Test-Suite, flexible whitespace");
+    EXPECT_TRUE(tally.blocked_valid.empty());
+    EXPECT_TRUE(tally.accepted_invalid.empty());
+    EXPECT_TRUE(tally.inconsistent.empty());
+    EXPECT_TRUE(tally.mask_mismatches.empty());
+    EXPECT_GT(tally.valid_accepted, 600);
+}
+
 }  // namespace
 }  // namespace deepinfer::grammar::test

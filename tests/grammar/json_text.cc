@@ -150,7 +150,10 @@ void write_string(const std::string& s, std::string& out) {
     out += '"';
 }
 
-void write(const JsonText& v, bool sort_keys, std::string& out) {
+void write(const JsonText& v, bool sort_keys, int indent, int depth, std::string& out) {
+    auto newline = [&](int level) {
+        if (indent > 0) out += "\n" + std::string(size_t(indent) * level, ' ');
+    };
     switch (v.kind) {
         case JsonText::Kind::kNull: out += "null"; return;
         case JsonText::Kind::kTrue: out += "true"; return;
@@ -160,8 +163,8 @@ void write(const JsonText& v, bool sort_keys, std::string& out) {
         case JsonText::Kind::kArray:
             out += '[';
             for (size_t i = 0; i < v.items.size(); ++i) {
-                if (i) out += ',';
-                write(v.items[i], sort_keys, out);
+                if (i) out += indent > 0 ? ", " : ",";
+                write(v.items[i], sort_keys, indent, depth + 1, out);
             }
             out += ']';
             return;
@@ -172,10 +175,12 @@ void write(const JsonText& v, bool sort_keys, std::string& out) {
             out += '{';
             for (size_t i = 0; i < members.size(); ++i) {
                 if (i) out += ',';
+                newline(depth + 1);
                 write_string(members[i]->first, out);
-                out += ':';
-                write(members[i]->second, sort_keys, out);
+                out += indent > 0 ? ": " : ":";
+                write(members[i]->second, sort_keys, indent, depth + 1, out);
             }
+            if (!members.empty()) newline(depth);
             out += '}';
         }
     }
@@ -190,9 +195,9 @@ JsonText parse_json_text(std::string_view text) {
     return v;
 }
 
-std::string write_json_text(const JsonText& value, bool sort_keys) {
+std::string write_json_text(const JsonText& value, bool sort_keys, int indent) {
     std::string out;
-    write(value, sort_keys, out);
+    write(value, sort_keys, indent, 0, out);
     return out;
 }
 

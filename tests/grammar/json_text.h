@@ -25,7 +25,8 @@ struct JsonText {
 
 // Throws std::runtime_error on malformed input.
 JsonText parse_json_text(std::string_view text);
-std::string write_json_text(const JsonText& value, bool sort_keys);
+// Compact, or with `indent` spaces per level, a newline before every member and ": " / ", ".
+std::string write_json_text(const JsonText& value, bool sort_keys, int indent = 0);
 std::string read_file(const std::string& path);
 
 }  // namespace deepinfer::grammar::test
