@@ -176,6 +176,27 @@ void append_utf8(std::string& out, uint32_t codepoint) {
     out.append(reinterpret_cast<const char*>(bytes), n);
 }
 
+std::string json_canonical_content(std::string_view text) {
+    static const char* kHex = "0123456789abcdef";
+    std::string out;
+    for (char ch : text) {
+        uint8_t c = static_cast<uint8_t>(ch);
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\b': out += "\\b"; break;
+            case '\f': out += "\\f"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            default:
+                if (c < 0x20) out += std::string("\\u00") + kHex[c >> 4] + kHex[c & 15];
+                else out += ch;
+        }
+    }
+    return out;
+}
+
 int hex_digit_value(char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }

@@ -33,6 +33,9 @@ ExprId utf8_class(Grammar& g, const CodepointSet& set);
 ExprId encode_string(Grammar& g, std::string_view text, CharEncoding encoding);
 
 void append_utf8(std::string& out, uint32_t codepoint);
+// The canonical JSON string content of `text`: escapes only where JSON requires them (\" \\ and
+// control characters, short forms where they exist, else \u00xx).
+std::string json_canonical_content(std::string_view text);
 // Value of one hexadecimal digit, -1 for another character.
 int hex_digit_value(char c);
 // Reads `count` hexadecimal digits at text[pos]; false (pos unchanged) if they are not there.

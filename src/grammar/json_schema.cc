@@ -12,16 +12,6 @@ namespace {
 constexpr int kMaxDepth = 64;
 constexpr int kMaxAlternatives = 512;
 
-bool only_types(const SchemaNode& n) {
-    SchemaNode plain;
-    plain.types = n.types;
-    return !n.allowed_values && n.min_length == 0 && n.max_length < 0 && n.patterns.empty() && n.formats.empty() &&
-           n.numbers.lower.empty() && n.numbers.upper.empty() && n.multiple_of.empty() && n.prefix_items.empty() &&
-           n.items.empty() && !n.items_forbidden && n.min_items == 0 && n.max_items < 0 && n.properties.empty() &&
-           n.required.empty() && n.pattern_properties.empty() && n.additional.empty() && !n.additional_forbidden && n.any_of.empty() &&
-           n.one_of.empty() && n.negated.empty() && !n.reference;
-}
-
 uint8_t value_type(const Json& v) {
     if (v.is_null()) return json_type::kNull;
     if (v.is_boolean()) return json_type::kBoolean;

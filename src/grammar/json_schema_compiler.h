@@ -52,7 +52,8 @@ private:
     std::shared_ptr<const Dfa> format_dfa(const std::string& format);
     ExprId array_value(const SchemaNode& n, int depth);
     ExprId object_value(const SchemaNode& n, int depth);
-    ExprId extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth);
+    ExprId extra_member(const SchemaNode& n, const std::vector<std::string>& declared, const Dfa* key_filter, int depth);
+    Dfa property_name_filter(const SchemaNode& n);
     SchemaConj matching_patterns(const SchemaNode& n, const std::string& name);
     Regex parse_pattern(const std::string& pattern);
     ExprId literal_value(const Json& v);

@@ -58,6 +58,16 @@ SchemaDialect SchemaDialect::of_root(const Json& root) {
     return d;
 }
 
+bool only_types(const SchemaNode& n) {
+    SchemaNode plain;
+    plain.types = n.types;
+    return !n.allowed_values && n.min_length == 0 && n.max_length < 0 && n.patterns.empty() && n.formats.empty() &&
+           n.numbers.lower.empty() && n.numbers.upper.empty() && n.multiple_of.empty() && n.prefix_items.empty() &&
+           n.items.empty() && !n.items_forbidden && n.min_items == 0 && n.max_items < 0 && n.properties.empty() &&
+           n.required.empty() && n.pattern_properties.empty() && n.property_names.empty() && n.additional.empty() && !n.additional_forbidden && n.any_of.empty() &&
+           n.one_of.empty() && n.negated.empty() && !n.reference;
+}
+
 const PropertySchema* SchemaNode::property(const std::string& name) const {
     for (const auto& p : properties)
         if (p.name == name) return &p;
@@ -66,7 +76,7 @@ const PropertySchema* SchemaNode::property(const std::string& name) const {
 
 void check_keyword_support(const std::string& key, const Json& value, const Json& schema) {
     static const std::set<std::string> kRefused = {
-        "contains", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "$dynamicRef",
+        "contains", "dependentRequired", "dependentSchemas", "dependencies", "if", "$dynamicRef",
         "$recursiveRef", "$recursiveAnchor", "maxProperties"};
     bool refused = kRefused.count(key) > 0;
     if (key == "uniqueItems") refused = value.is_boolean() && value.get<bool>();
@@ -219,6 +229,7 @@ void SchemaParser::parse_object_keywords(const Json& s, const std::string& base,
         if (!patterns->is_object()) grammar_fail("'patternProperties' must be an object");
         for (const auto& [pattern, schema] : patterns->items()) n.pattern_properties.push_back({pattern, {sub(schema)}});
     }
+    if (auto names = s.find("propertyNames"); names != s.end()) n.property_names.push_back(sub(*names));
     if (auto extra = s.find("additionalProperties"); extra != s.end()) {
         if (extra->is_boolean() && !extra->get<bool>()) n.additional_forbidden = true;
         else n.additional.push_back(sub(*extra));
@@ -255,6 +266,7 @@ void merge_objects(SchemaNode& a, const SchemaNode& b) {
     if ((!a.pattern_properties.empty() || !b.pattern_properties.empty()) && a.constrains_keys() && b.constrains_keys())
         grammar_fail("unsupported JSON Schema keyword 'patternProperties' (next to other property keywords through allOf or $ref)");
     a.pattern_properties.insert(a.pattern_properties.end(), b.pattern_properties.begin(), b.pattern_properties.end());
+    a.property_names.insert(a.property_names.end(), b.property_names.begin(), b.property_names.end());
     for (PropertySchema& p : a.properties) {
         const PropertySchema* q = b.property(p.name);
         const SchemaConj extra = q ? q->schemas : b.additional_forbidden ? SchemaConj{kNever} : b.additional;

@@ -47,6 +47,7 @@ struct SchemaNode {
     std::vector<PropertySchema> properties;
     std::set<std::string> required;
     std::vector<PropertySchema> pattern_properties;  // name = the pattern
+    SchemaConj property_names;                       // every key must satisfy these
     SchemaConj additional;
     bool additional_forbidden = false;
     // combinators
@@ -67,6 +68,9 @@ struct SchemaDialect {
 
     static SchemaDialect of_root(const Json& root);
 };
+
+// The node constrains nothing but the types.
+bool only_types(const SchemaNode& n);
 
 class SchemaParser {
 public:

@@ -172,7 +172,8 @@ Regex SchemaCompiler::parse_pattern(const std::string& pattern) {
 // so the object grammar repeats a call rather than the key automata at every position. Extra keys
 // are spelled canonically like declared ones: a declared name in another spelling can then never
 // pass as an extra key.
-ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::string>& declared, int depth) {
+ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::string>& declared, const Dfa* key_filter,
+                                    int depth) {
     constexpr size_t kMaxPatterns = 4;
     if (n.pattern_properties.size() > kMaxPatterns)
         grammar_fail("more than {} patternProperties are not supported", kMaxPatterns);
@@ -189,6 +190,7 @@ ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::
         for (const std::string& name : declared) names.push_back(quoted_key(name));
         keys = dfa_product(*any_key_dfa_, regular_dfa(g_, g_.alt(names)), DfaProduct::kDifference);
     }
+    if (key_filter) keys = dfa_product(keys, *key_filter, DfaProduct::kIntersection);
     std::vector<Dfa> patterns;
     for (const PropertySchema& p : n.pattern_properties) {
         ExprId body = lower_regex(g_, parse_pattern(p.name), CharEncoding::kJsonMinimal, RegexMatch::kSearch);
@@ -214,7 +216,33 @@ ExprId SchemaCompiler::extra_member(const SchemaNode& n, const std::vector<std::
     return g_.rule_ref(rule);
 }
 
+// The quoted keys propertyNames allows; only string constraints (lengths, pattern, format, enum,
+// const) can be applied to keys.
+Dfa SchemaCompiler::property_name_filter(const SchemaNode& n) {
+    SchemaNode names;
+    parser_.merge_into(names, parser_.parse_conj(n.property_names));
+    if (!(names.types & json_type::kString)) return Dfa{};  // no key at all
+    SchemaNode rest = names;
+    rest.types = json_type::kAll;
+    rest.min_length = 0, rest.max_length = -1;
+    rest.patterns.clear(), rest.formats.clear();
+    rest.allowed_values.reset();
+    if (!only_types(rest)) grammar_fail("unsupported JSON Schema keyword 'propertyNames' (only string constraints are supported)");
+    Dfa content = string_content_dfa(names);
+    if (names.allowed_values) {
+        std::vector<ExprId> values;
+        for (const Json& v : *names.allowed_values)
+            if (v.is_string()) values.push_back(encode_string(g_, v.get<std::string>(), CharEncoding::kJsonMinimal));
+        content = dfa_product(content, regular_dfa(g_, g_.alt(values)), DfaProduct::kIntersection);
+    }
+    if (content.language_is_empty()) return Dfa{};
+    auto quoted = dfa_enclose(content, '"', '"');
+    return quoted ? *quoted : regular_dfa(g_, g_.seq({g_.byte('"'), g_.automaton(std::move(content)), g_.byte('"')}));
+}
+
 ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
+    std::optional<Dfa> key_filter;
+    if (!n.property_names.empty()) key_filter = property_name_filter(n);
     std::vector<PropertySchema> props = n.properties;
     for (const std::string& name : n.required)
         if (!n.property(name)) {
@@ -235,8 +263,12 @@ ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
     std::vector<bool> required;
     for (const PropertySchema& p : props) {
         declared.push_back(p.name);
-        ExprId value = compile_conj(p.schemas, depth);
         bool is_required = n.required.count(p.name) > 0;
+        if (key_filter && !key_filter->matches("\"" + json_canonical_content(p.name) + "\"")) {
+            if (is_required) return g_.nothing();  // a required name propertyNames forbids
+            continue;
+        }
+        ExprId value = compile_conj(p.schemas, depth);
         if (g_.node(value).kind == ExprKind::kNothing) {
             if (is_required) return g_.nothing();
             continue;
@@ -245,7 +277,7 @@ ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
         required.push_back(is_required);
     }
     ExprId sep = separator();
-    ExprId extra = extra_member(n, declared, depth);
+    ExprId extra = extra_member(n, declared, key_filter ? &*key_filter : nullptr, depth);
     ExprId extras = g_.star(g_.seq({sep, extra}));
     // after[i]: the rest once something is written and properties before i are settled.
     size_t count = members.size();
