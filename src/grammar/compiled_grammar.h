@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/mask_cache.h"
 #include "grammar/pda.h"
 #include "grammar/vocabulary.h"
 
@@ -38,6 +39,8 @@ public:
         bool non_ascii;  // every non-ASCII character leads back to the state too
     };
     AsciiLoop ascii_loop(int32_t state) const;
+    // Masks of configurations that were expensive to compute (see mask_cache.h).
+    MaskCache& mask_cache() const { return mask_cache_; }
     // The language is empty (e.g. the JSON schema `false`): no token and no EOS is ever allowed.
     bool accepts_nothing() const { return pda_.start() == Pda::kDead; }
 
@@ -56,7 +59,8 @@ private:
     std::shared_ptr<const Vocabulary> vocabulary_;
     std::vector<SliceClasses> slice_classes_;
     std::unique_ptr<std::atomic<int32_t>[]> slice_fit_;  // packed SliceFit, kUnknown before first use
-    std::unique_ptr<std::atomic<uint64_t>[]> ascii_loop_;  // [3 * states]: two words, then a ready flag
+    std::unique_ptr<std::atomic<uint64_t>[]> ascii_loop_;
+    mutable MaskCache mask_cache_{size_t{4} << 20};  // [3 * states]: two words, then a ready flag
 };
 
 }  // namespace deepinfer::grammar

@@ -12,6 +12,7 @@ struct GrammarMatcher::Scratch {
     StackPool pool;
     std::vector<Config> configs, next, walk;
     std::vector<size_t> level_begin, pool_mark;  // per trie depth
+    int64_t nodes_walked = 0;                     // trie nodes stepped through by the current mask
 };
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, int32_t max_rollback_tokens)
@@ -140,6 +141,18 @@ void GrammarMatcher::fill_next_token_bitmask(uint32_t* words) {
     const Vocabulary& vocab = grammar_->vocabulary();
     std::memset(words, 0, sizeof(uint32_t) * vocab.mask_words());
     if (terminated_ || current_.empty()) return;
+    MaskCache& cache = grammar_->mask_cache();
+    if (cache.lookup(current_.data(), words, vocab.mask_words())) return;
+    Scratch& s = scratch();
+    s.nodes_walked = 0;
+    compute_mask(words);
+    // Cheap masks are not worth the memory; long walks are remembered for the next visit.
+    constexpr int64_t kWorthCaching = 2048;
+    if (s.nodes_walked >= kWorthCaching) cache.store(current_.data(), words, vocab.mask_words());
+}
+
+void GrammarMatcher::compute_mask(uint32_t* words) {
+    const Vocabulary& vocab = grammar_->vocabulary();
     Scratch& s = scratch();
     std::vector<Config>& configs = load_current();
     if (s.stepper.can_end(configs, s.pool))
@@ -199,6 +212,7 @@ void GrammarMatcher::walk_trie(const TokenTrie& trie, std::span<const Config> ro
     levels.resize(levels.size() + 64);
     size_t i = 1;
     while (i < nodes.size()) {
+        ++s.nodes_walked;
         const TrieNode& node = nodes[i];
         int32_t d = node.depth;
         size_t parent_begin = s.level_begin[d - 1], parent_end = s.level_begin[d], end = parent_end;

@@ -66,6 +66,7 @@ private:
     std::vector<Config>& load_current();
     bool advance(std::string_view bytes, std::vector<Config>& configs);
     void commit(const std::vector<Config>& configs, bool terminated);
+    void compute_mask(uint32_t* words);
     void walk_trie(const TokenTrie& trie, std::span<const Config> roots, uint32_t* words);
     bool loops_below(const TokenTrie& trie, int32_t node, const Config* configs, size_t count) const;
 
