@@ -75,7 +75,8 @@ def check(schema, text):
     try:
         base = validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls = validators.extend(base, {"pattern": ecma_pattern})
-        validator = cls(schema, format_checker=base.FORMAT_CHECKER)
+        checker = getattr(base, "FORMAT_CHECKER", None) or jsonschema.FormatChecker()
+        validator = cls(schema, format_checker=checker)
         for error in validator.iter_errors(instance):
             return error.message
     except Exception as e:  # the validator cannot judge this case
