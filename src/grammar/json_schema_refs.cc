@@ -192,8 +192,8 @@ SchemaRef SchemaDocument::follow_pointer(const Json* node, std::string base, std
     while (pos <= pointer.size()) {
         size_t end = pointer.find('/', pos);
         std::string token(pointer.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos));
-        for (size_t i; (i = token.find("~1")) != std::string::npos;) token.replace(i, 2, "/");
-        for (size_t i; (i = token.find("~0")) != std::string::npos;) token.replace(i, 2, "~");
+        for (size_t i; (i = token.find("~1")) != std::string::npos;) token.replace(i, 2, 1, '/');
+        for (size_t i; (i = token.find("~0")) != std::string::npos;) token.replace(i, 2, 1, '~');
         if (node->is_object() && node->contains(token)) node = &(*node)[token];
         else if (node->is_array() && !token.empty() && token.find_first_not_of("0123456789") == std::string::npos &&
                  std::stoul(token) < node->size())

@@ -264,7 +264,7 @@ ExprId SchemaCompiler::object_value(const SchemaNode& n, int depth) {
     for (const PropertySchema& p : props) {
         declared.push_back(p.name);
         bool is_required = n.required.count(p.name) > 0;
-        if (key_filter && !key_filter->matches("\"" + json_canonical_content(p.name) + "\"")) {
+        if (key_filter && !key_filter->matches(std::string(1, '"').append(json_canonical_content(p.name)).append(1, '"'))) {
             if (is_required) return g_.nothing();  // a required name propertyNames forbids
             continue;
         }
