@@ -146,6 +146,46 @@ Dfa dfa_trim(const Dfa& dfa) {
     return out;
 }
 
+Dfa dfa_minimize(const Dfa& input) {
+    Dfa dfa = dfa_trim(input);
+    int32_t n = dfa.num_states(), nc = dfa.num_classes;
+    if (n == 0) return dfa;
+    // Refine "accepting or not" by the blocks of the successors until the number of blocks holds.
+    std::vector<int32_t> block(n);
+    for (int32_t s = 0; s < n; ++s) block[s] = dfa.accepting[s];
+    int32_t num_blocks = 0;
+    for (;;) {
+        std::map<std::vector<int32_t>, int32_t> ids;
+        std::vector<int32_t> next_block(n), signature(nc + 1);
+        for (int32_t s = 0; s < n; ++s) {
+            signature[0] = block[s];
+            for (int32_t c = 0; c < nc; ++c) {
+                int32_t t = dfa.next[size_t(s) * nc + c];
+                signature[c + 1] = t == Dfa::kDead ? -1 : block[t];
+            }
+            next_block[s] = ids.emplace(signature, static_cast<int32_t>(ids.size())).first->second;
+        }
+        bool stable = static_cast<int32_t>(ids.size()) == num_blocks;
+        num_blocks = static_cast<int32_t>(ids.size());
+        block.swap(next_block);
+        if (stable) break;
+    }
+    Dfa out;
+    out.byte_class = dfa.byte_class;
+    out.num_classes = nc;
+    out.next.assign(size_t(num_blocks) * nc, Dfa::kDead);
+    out.accepting.assign(num_blocks, 0);
+    for (int32_t s = 0; s < n; ++s) {
+        out.accepting[block[s]] = dfa.accepting[s];
+        for (int32_t c = 0; c < nc; ++c) {
+            int32_t t = dfa.next[size_t(s) * nc + c];
+            out.next[size_t(block[s]) * nc + c] = t == Dfa::kDead ? Dfa::kDead : block[t];
+        }
+    }
+    out.start = block[dfa.start];
+    return dfa_trim(out);
+}
+
 Dfa dfa_repeat(const Dfa& unit, int32_t min, int32_t max) {
     int32_t n = unit.num_states(), nc = unit.num_classes;
     int32_t levels = (max < 0 ? min : max) + 1;  // words completed; unbounded: the last level loops

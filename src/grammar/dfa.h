@@ -14,7 +14,7 @@ namespace deepinfer::grammar {
 struct Dfa {
     static constexpr int32_t kDead = -1;
     // Bound on the states of any automaton built by the operations below (GrammarError past it).
-    static constexpr int32_t kMaxStates = 200000;
+    static constexpr int32_t kMaxStates = 65536;
 
     std::array<uint8_t, 256> byte_class{};  // byte -> class
     int32_t num_classes = 1;
@@ -35,6 +35,10 @@ Dfa dfa_product(const Dfa& a, const Dfa& b, DfaProduct op);
 
 // Drops states that are unreachable or cannot reach an accepting state; renumbers from 0.
 Dfa dfa_trim(const Dfa& dfa);
+
+// The minimal DFA of the same language (Moore's partition refinement), for automata built once and
+// copied into many grammars (formats).
+Dfa dfa_minimize(const Dfa& dfa);
 
 // min..max (max < 0: unbounded) words of `unit`, whose language must be prefix-free (no word
 // extends another, as with one encoded character). Built directly as (words read, position in a

@@ -123,7 +123,7 @@ std::shared_ptr<const Dfa> FormatCache::get(const std::string& format) {
     }
     Grammar g;
     auto expr = format_grammar(g, format);
-    auto dfa = expr ? std::make_shared<const Dfa>(regular_dfa(g, *expr)) : nullptr;
+    auto dfa = expr ? std::make_shared<const Dfa>(dfa_minimize(regular_dfa(g, *expr))) : nullptr;
     std::lock_guard lock(mutex_);
     return dfas_.emplace(format, dfa).first->second;
 }

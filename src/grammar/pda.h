@@ -23,7 +23,7 @@ struct CallEdge {
 struct PdaLimits {
     int32_t max_nfa_states = 1 << 20;
     int32_t max_rule_states = 1 << 18;
-    int32_t max_total_states = 1 << 19;  // all rules together
+    int32_t max_total_states = 1 << 18;  // all rules together
 };
 
 class Pda {

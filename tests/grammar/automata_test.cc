@@ -35,6 +35,20 @@ TEST(Automata, ProductsAgreeWithBothOperands) {
     }
 }
 
+TEST(Automata, MinimizeKeepsTheLanguageAndShrinks) {
+    std::mt19937 rng(4);
+    Grammar g;
+    // Two spellings of the same language, unioned: the subset construction keeps redundant states.
+    Dfa big = regular_dfa(g, g.alt({lower_regex(g, parse_regex("(ab|a)(ba|b)*c?"), CharEncoding::kUtf8, RegexMatch::kWhole),
+                                    lower_regex(g, parse_regex("a(ba|b)*(ab)?c?|ab(b|ab)*c?"), CharEncoding::kUtf8, RegexMatch::kWhole)}));
+    Dfa small = dfa_minimize(big);
+    EXPECT_LT(small.num_states(), big.num_states());
+    for (int i = 0; i < 5000; ++i) {
+        std::string s = random_string(rng, "abc", 10);
+        ASSERT_EQ(small.matches(s), big.matches(s)) << s;
+    }
+}
+
 TEST(Automata, RepeatCountsWords) {
     std::mt19937 rng(2);
     Grammar g;
