@@ -137,6 +137,40 @@ std::string GrammarMatcher::forced_bytes(size_t max_bytes) {
     return out;
 }
 
+std::vector<int32_t> GrammarMatcher::forced_tokens(size_t max_bytes) {
+    std::string forced = forced_bytes(max_bytes);
+    const TokenTrie& trie = grammar_->vocabulary().trie();
+    auto nodes = trie.nodes();
+    auto child_of = [&](int32_t node, uint8_t b) {
+        for (int32_t c = node + 1; c < nodes[node].skip; c = nodes[c].skip)
+            if (nodes[c].byte == b) return c;
+        return -1;
+    };
+    // Longest match first.
+    std::vector<int32_t> out;
+    std::vector<size_t> starts;
+    for (size_t pos = 0; pos < forced.size();) {
+        int32_t node = 0, best = -1;
+        size_t best_end = pos;
+        for (size_t k = pos; k < forced.size() && (node = child_of(node, static_cast<uint8_t>(forced[k]))) >= 0; ++k)
+            if (nodes[node].num_tokens) best = node, best_end = k + 1;
+        if (best < 0) break;
+        out.push_back(trie.token_ids()[nodes[best].first_token]);
+        starts.push_back(pos);
+        pos = best_end;
+    }
+    // Drop the tail a longer token could cover: one that starts where a kept token starts and
+    // runs on past the forced bytes.
+    auto runs_past_end = [&](size_t pos) {
+        int32_t node = 0;
+        for (size_t k = pos; k < forced.size(); ++k)
+            if ((node = child_of(node, static_cast<uint8_t>(forced[k]))) < 0) return false;
+        return nodes[node].skip - node > 1;
+    };
+    while (!starts.empty() && runs_past_end(starts.back())) out.pop_back(), starts.pop_back();
+    return out;
+}
+
 void GrammarMatcher::fill_next_token_bitmask(uint32_t* words) {
     const Vocabulary& vocab = grammar_->vocabulary();
     std::memset(words, 0, sizeof(uint32_t) * vocab.mask_words());

@@ -45,6 +45,11 @@ public:
     // choice or the output may end here), up to max_bytes. The engine can tokenize it and feed
     // the tokens without running the model.
     std::string forced_bytes(size_t max_bytes = 256);
+    // forced_bytes() cut into vocabulary tokens, longest match first, without the tail that a longer
+    // token could cover differently (a token that starts where a forced token starts and runs past
+    // the forced bytes may be the model's choice). Accepting them in order is always allowed. The
+    // split is greedy, not the tokenizer's; an engine may prefer to tokenize forced_bytes() itself.
+    std::vector<int32_t> forced_tokens(size_t max_bytes = 256);
     bool can_terminate();
     bool is_terminated() const { return terminated_; }
     void reset();

@@ -158,7 +158,7 @@ TEST(Matcher, ForcedBytesAreTheOnlyContinuation) {
     GrammarCompiler compiler(deepseek_vocabulary());
     const Vocabulary& v = *deepseek_vocabulary();
     std::vector<uint32_t> mask(v.mask_words());
-    int nonempty = 0;
+    int nonempty = 0, forced_token_states = 0;
     for (const auto& g : sample_grammars(compiler, rng, 12)) {
         GrammarMatcher m(g);
         for (int step = 0; step < 30 && !m.is_terminated(); ++step) {
@@ -185,12 +185,33 @@ TEST(Matcher, ForcedBytesAreTheOnlyContinuation) {
                 GrammarMatcher fork = m;
                 EXPECT_TRUE(fork.accept_bytes(forced));
             }
+            // Forced tokens: accepted in order, spelling a prefix of the forced bytes, and no
+            // vocabulary token starting where the last one starts runs past the forced bytes.
+            std::vector<int32_t> tokens = m.forced_tokens();
+            GrammarMatcher fork = m;
+            std::string spelled, last;
+            for (int32_t id : tokens) {
+                ASSERT_TRUE(fork.accept_token(id));
+                last = v.token_bytes(id);
+                spelled += last;
+            }
+            ASSERT_EQ(forced.substr(0, spelled.size()), spelled);
+            if (!tokens.empty()) {
+                std::string rest = forced.substr(spelled.size() - last.size());
+                for (int32_t id = 0; id < v.size(); ++id) {
+                    const std::string& t = v.token_bytes(id);
+                    ASSERT_FALSE(!v.is_special(id) && t.size() > rest.size() && t.compare(0, rest.size(), rest) == 0)
+                        << "token '" << t << "' could cover the forced '" << rest << "' differently";
+                }
+                ++forced_token_states;
+            }
             int32_t next = pick(allowed, v, rng, 0.1);
             if (next < 0) break;
             ASSERT_TRUE(m.accept_token(next));
         }
     }
     EXPECT_GT(nonempty, 5);
+    EXPECT_GT(forced_token_states, 3);
 }
 
 TEST(Matcher, EosOnlyWhereTheGrammarCanEndAndSpecialTokensNever) {
