@@ -25,6 +25,7 @@ struct GenerateOptions {
     std::string prompt, prompts_file, output_file;
     EngineFlags engine;
     SamplingFlags sampling;
+    GrammarFlags grammar;
 };
 void add_generate_command(CLI::App& app, GenerateOptions& opts);
 int run_generate(GenerateOptions& opts, const std::string& log_level);
