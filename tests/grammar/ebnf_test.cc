@@ -161,6 +161,47 @@ TEST(Ebnf, EmbedsJsonSchemasAndRegexes) {
     EXPECT_FALSE(accepts_text(g, R"(<call name="add">{"n":3,"m":1}</call>)"));
 }
 
+// %text: the raw value ends at the first occurrence of its terminator (the reference finds it in
+// value + terminator), and the schema's string constraints hold for the raw characters.
+TEST(Ebnf, RawTextEndsAtItsTerminator) {
+    GrammarCompiler compiler(byte_vocabulary());
+    auto free = must_compile(compiler.compile_ebnf(R"(root ::= "<v>" %text{"type": "string"} until "</v>" "!")"));
+    auto overlap = must_compile(compiler.compile_ebnf(R"(root ::= %text{"type": "string"} until "abab")"));
+    std::mt19937 rng(5);
+    const std::vector<std::string> pieces = {"a", "b", "<", "/", "v", ">", "é", "\n", "\"", "</v>"};
+    int accepted = 0, refused = 0;
+    for (int i = 0; i < 2000; ++i) {
+        std::string v;
+        for (int n = rng() % 7; n > 0; --n) v += pieces[rng() % pieces.size()];
+        std::string closed = v, wrapped = "<v>", doubled = v;
+        closed.append("</v>");
+        wrapped.append(closed).push_back('!');
+        doubled.append("abab");
+        bool expected = closed.find("</v>") == v.size();
+        ASSERT_EQ(accepts_text(free, wrapped), expected) << v;
+        ASSERT_EQ(accepts_text(overlap, doubled), doubled.find("abab") == v.size()) << v;
+        (expected ? accepted : refused)++;
+    }
+    EXPECT_GT(accepted, 500);
+    EXPECT_GT(refused, 200);
+    EXPECT_FALSE(accepts_text(overlap, "ababab"));  // "ab" + "abab": the terminator comes first at 0
+
+    auto bounded = must_compile(compiler.compile_ebnf(
+        R"(root ::= %text{"type": "string", "pattern": "^[a-zé]+$", "maxLength": 3, "description": "x"} until "</p>")"));
+    EXPECT_TRUE(accepts_text(bounded, "ab</p>"));
+    EXPECT_TRUE(accepts_text(bounded, "éé</p>"));     // lengths count characters
+    EXPECT_FALSE(accepts_text(bounded, "abcd</p>"));
+    EXPECT_FALSE(accepts_text(bounded, "a1</p>"));
+    EXPECT_FALSE(accepts_text(bounded, "</p>"));
+    auto choice = must_compile(compiler.compile_ebnf(R"(root ::= %text{"enum": ["x y", "a\"b"]} until "</p>")"));
+    EXPECT_TRUE(accepts_text(choice, "x y</p>"));
+    EXPECT_TRUE(accepts_text(choice, "a\"b</p>"));   // raw: the quote is not escaped
+    EXPECT_FALSE(accepts_text(choice, "x</p>"));
+    for (const char* bad : {R"(root ::= %text{"type": "integer"} until "x")", R"(root ::= %text{"minItems": 1} until "x")",
+                            R"(root ::= %text{"type": "string"} "x")"})
+        EXPECT_FALSE(compiler.compile_ebnf(bad).ok()) << bad;
+}
+
 TEST(Ebnf, ErrorsNameLineAndColumn) {
     GrammarCompiler compiler(byte_vocabulary());
     struct Case {
