@@ -120,7 +120,8 @@ void force_tool_call(CompletionCall& call, const std::vector<tokenizer::ChatTool
     call.grammar_param = "tool_choice";
 }
 
-std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const Tokenize& tokenize) {
+std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const std::optional<std::string>& prompt_schema,
+                                 const Tokenize& tokenize) {
     reject_unknown_fields(j, {DI_COMMON_FIELDS, "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                               "parallel_tool_calls", "response_format", "reasoning_effort", "thinking", "chat_template_kwargs"});
     if (get_field<bool>(j, "logprobs", "a boolean").value_or(false))
@@ -140,9 +141,7 @@ std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const Toke
     if (!opt.reasoning_effort.empty() && opt.reasoning_effort != "high" && opt.reasoning_effort != "max" &&
         opt.reasoning_effort != "low" && opt.reasoning_effort != "medium")
         throw BadField{"reasoning_effort", "reasoning_effort must be low, medium, high or max"};
-    StructuredOutput structured = parse_structured_output(j);
-    if (structured.prompt_schema) opt.response_format = structured.prompt_schema;
-    set_structured_output(call, std::move(structured));
+    opt.response_format = prompt_schema;
     std::vector<tokenizer::ChatTool> tools = parse_tools(j);
     ToolChoice choice = parse_tool_choice(j, tools);
     if (choice.kind == ToolChoice::Kind::kNone) tools.clear();
@@ -159,7 +158,6 @@ std::vector<std::vector<int32_t>> completions_prompts(const json& j, CompletionC
     if (j.contains("suffix") && !j["suffix"].is_null())
         throw BadField{"suffix", "suffix is not supported (this model has no fill-in-the-middle format)"};
     if (auto v = get_field<int>(j, "logprobs", "an integer")) call.top_logprobs = *v;
-    set_structured_output(call, parse_structured_output(j));
     call.echo = get_field<bool>(j, "echo", "a boolean").value_or(false);
     if (call.echo && call.top_logprobs >= 0)
         throw BadField{"echo", "echo with logprobs is not supported (prompt logprobs are not computed)"};
@@ -222,7 +220,7 @@ auto with_body(const std::string& body, const ServingInfo& info, F&& f) -> std::
     }
 }
 
-CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, const Tokenize& tokenize) {
+CompletionCall build_call(const json& j, const std::string& body, bool chat, const ServingInfo& info, const Tokenize& tokenize) {
     CompletionCall call;
     call.chat = chat;
     call.model = checked_model(j, info);
@@ -234,7 +232,10 @@ CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, con
     }
     SamplingParams sampling = sampling_from(j, chat, info.vocab_size);
     std::vector<std::vector<int32_t>> prompts;
-    if (chat) prompts.push_back(chat_prompt(j, call, tokenize));
+    StructuredOutput structured = parse_structured_output(j, body);
+    std::optional<std::string> prompt_schema = structured.prompt_schema;
+    set_structured_output(call, std::move(structured));
+    if (chat) prompts.push_back(chat_prompt(j, call, prompt_schema, tokenize));
     else prompts = completions_prompts(j, call, sampling, info.vocab_size, tokenize);
     sampling.logprobs = call.top_logprobs;
     call.n = sampling.n;
@@ -262,7 +263,7 @@ json ApiError::body() const {
 std::variant<CompletionCall, ApiError> parse_completion_call(const std::string& body, bool chat, const ServingInfo& info,
                                                              const Tokenize& tokenize, const CheckGrammar& check_grammar) {
     return with_body(body, info, [&](const json& j) {
-        CompletionCall call = build_call(j, chat, info, tokenize);
+        CompletionCall call = build_call(j, body, chat, info, tokenize);
         if (call.grammar.active() && check_grammar) {
             std::string bad = check_grammar(call.grammar);
             if (!bad.empty()) throw BadField{call.grammar_param, call.grammar_param + ": " + bad};

@@ -9,17 +9,30 @@ namespace {
 
 using nlohmann::json;
 
-// A JSON Schema given as an object (or, as vLLM allows for guided_json, as JSON text).
-std::string schema_text(const json& value, const std::string& param) {
+using OrderedJson = nlohmann::ordered_json;
+
+// A JSON Schema given as an object (or, as vLLM allows for guided_json, as JSON text), in the
+// key order it was sent in.
+std::string schema_text(const OrderedJson& value, const std::string& param) {
     if (value.is_object() || value.is_boolean()) return value.dump();
     if (value.is_string()) {
-        json parsed = json::parse(value.get<std::string>(), nullptr, false);
+        OrderedJson parsed = OrderedJson::parse(value.get<std::string>(), nullptr, false);
         if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_boolean())) return parsed.dump();
     }
     throw BadField{param, param + " must be a JSON Schema (an object)"};
 }
 
-StructuredOutput response_format(const json& f) {
+// The value at `path` of the request as sent (null when absent).
+OrderedJson ordered_field(const OrderedJson& body, std::initializer_list<const char*> path) {
+    const OrderedJson* at = &body;
+    for (const char* key : path) {
+        if (!at->is_object() || !at->contains(key)) return nullptr;
+        at = &(*at)[key];
+    }
+    return *at;
+}
+
+StructuredOutput response_format(const json& f, const OrderedJson& body) {
     const std::string p = "response_format";
     if (!f.is_object()) throw BadField{p, "response_format must be an object"};
     std::string type = get_field<std::string>(f, "type", "a string", p + ".").value_or("");
@@ -40,7 +53,7 @@ StructuredOutput response_format(const json& f) {
         (void)get_field<std::string>(*js, "description", "a string", at);
         (void)get_field<bool>(*js, "strict", "a boolean", at);  // enforced exactly either way
         if (!js->contains("schema")) throw BadField{p, at + "schema is required"};
-        out.grammar = {GrammarSpec::Kind::kJsonSchema, schema_text((*js)["schema"], at + "schema")};
+        out.grammar = {GrammarSpec::Kind::kJsonSchema, schema_text(ordered_field(body, {"response_format", "json_schema", "schema"}), at + "schema")};
         out.prompt_schema = out.grammar.text;
     } else {
         throw BadField{p, "response_format.type must be \"text\", \"json_object\" or \"json_schema\""};
@@ -67,14 +80,15 @@ std::string choice_grammar(const json& choices) {
 
 }  // namespace
 
-StructuredOutput parse_structured_output(const json& j) {
+StructuredOutput parse_structured_output(const json& j, std::string_view body_text) {
     std::vector<StructuredOutput> given;
+    OrderedJson body = j.contains("response_format") || j.contains("guided_json") ? OrderedJson::parse(body_text, nullptr, false) : OrderedJson();
     if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
-        StructuredOutput f = response_format(*it);
+        StructuredOutput f = response_format(*it, body);
         if (f.grammar.active()) given.push_back(std::move(f));
     }
     if (auto it = j.find("guided_json"); it != j.end() && !it->is_null())
-        given.push_back({{GrammarSpec::Kind::kJsonSchema, schema_text(*it, "guided_json")}, "guided_json"});
+        given.push_back({{GrammarSpec::Kind::kJsonSchema, schema_text(ordered_field(body, {"guided_json"}), "guided_json")}, "guided_json"});
     if (auto v = get_field<std::string>(j, "guided_regex", "a string")) given.push_back({{GrammarSpec::Kind::kRegex, *v}, "guided_regex"});
     if (auto v = get_field<std::string>(j, "guided_grammar", "a string (an EBNF grammar)"))
         given.push_back({{GrammarSpec::Kind::kEbnf, *v}, "guided_grammar"});

@@ -6,6 +6,7 @@
 // per request. Malformed fields throw BadField; compile errors are checked by the caller.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,7 +24,9 @@ struct StructuredOutput {
     std::optional<std::string> prompt_schema;  // json_schema: shown to the model in the chat prompt
 };
 
-StructuredOutput parse_structured_output(const nlohmann::json& body);
+// `body_text` is the request as sent: schemas keep their key order (the model writes declared
+// properties in it), which `body` (parsed with sorted keys) has lost.
+StructuredOutput parse_structured_output(const nlohmann::json& body, std::string_view body_text);
 
 struct ToolChoice {
     enum class Kind { kAuto, kNone, kRequired, kFunction } kind = Kind::kAuto;
