@@ -85,6 +85,8 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--mask-threads", c.structured.mask_threads, "threads computing structured-output token masks "
                                                                  "(default: a quarter of the cores, 1 to 8)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--grammar-cache", c.structured.compile_cache, "compiled structured-output grammars kept, by their text")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--mask-deadline-ms", c.structured.mask_deadline_ms,
                     "how long a step waits past its logits for late token masks (their sequences sit out meanwhile)")
         ->check(CLI::NonNegativeNumber);

@@ -92,7 +92,12 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarService::compile(
                                 : spec.kind == GrammarSpec::Kind::kRegex    ? grammar::GrammarKind::kRegex
                                                                             : grammar::GrammarKind::kEbnf;
     if (!spec.active()) return Status::invalid_argument("no grammar given");
-    auto compiled = compiler().compile(kind, spec.text, options);
+    Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled = Status::invalid_argument("");
+    try {
+        compiled = compiler().compile(kind, spec.text, options);
+    } catch (const std::exception& e) {  // the compiler reports grammar errors; anything else is still the request's
+        return Status::invalid_argument(e.what());
+    }
     if (compiled.ok() && compiled.value()->accepts_nothing())
         return Status::invalid_argument("the grammar accepts no output at all");
     return compiled;

@@ -114,7 +114,7 @@ void force_tool_call(CompletionCall& call, const std::vector<tokenizer::ChatTool
     tokenizer::ToolCallGrammarOptions options{choice.function, thinking, call.parallel_tool_calls};
     try {
         call.grammar = {GrammarSpec::Kind::kEbnf, tokenizer::tool_call_grammar(tools, options)};
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // deepinfer::Error names the problem; a JSON type error too
         throw BadField{"tool_choice", std::string("tool_choice: ") + e.what()};
     }
     call.grammar_param = "tool_choice";
