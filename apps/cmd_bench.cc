@@ -25,6 +25,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     cmd->add_option("--output-len", o.output_len, "generated tokens per request")->check(CLI::PositiveNumber);
     cmd->add_option("--concurrency", o.concurrency, "requests in flight (default: all at once)")->check(CLI::PositiveNumber);
     cmd->add_option("--seed", o.seed, "prompt and sampling seed");
+    cmd->add_option("--temperature", o.temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
     cmd->add_flag("--json", o.json, "print one JSON object");
     add_engine_options(cmd, o.engine);
 }
@@ -45,9 +46,10 @@ double percentile(std::vector<double> v, double q) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-Timing run_request(Engine& engine, std::vector<int32_t> prompt, int output_len, uint64_t seed) {
+Timing run_request(Engine& engine, std::vector<int32_t> prompt, int output_len, uint64_t seed, float temperature) {
     GenerationRequest r;
     r.prompt_tokens = std::move(prompt);
+    r.sampling.temperature = temperature;
     r.sampling.max_tokens = output_len;
     r.sampling.ignore_eos = true;
     r.sampling.seed = seed;
@@ -105,7 +107,7 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
     for (int c = 0; c < concurrency; ++c)
         clients.emplace_back([&] {
             for (int i; (i = next++) < o.num_prompts;) {
-                timings[i] = run_request(*engine, prompts[i], o.output_len, o.seed + i);
+                timings[i] = run_request(*engine, prompts[i], o.output_len, o.seed + i, o.temperature);
                 tokens += timings[i].output_tokens;
                 int d = ++done;
                 if (!o.json) {
@@ -133,7 +135,7 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
     EngineStats st = engine->stats();
     nlohmann::json j = {
         {"model", engine->model_name()}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
-        {"output_len", o.output_len}, {"concurrency", concurrency}, {"failed", failed}, {"duration_s", secs},
+        {"output_len", o.output_len}, {"concurrency", concurrency}, {"temperature", o.temperature}, {"failed", failed}, {"duration_s", secs},
         {"requests_per_s", (o.num_prompts - failed) / secs}, {"input_tokens_per_s", in_tokens / secs},
         {"output_tokens_per_s", out_tokens / secs},
         {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.9)}, {"p99", percentile(ttft, 0.99)}}},
