@@ -3,7 +3,8 @@
 # .devcache/lib, as for gpu_run_cuda.sh): on a random flash-dims checkpoint (V4-Flash layer sizes),
 #  - `deepinfer bench` greedy vs temperature 1, and with --trace (the trace's cost), at the
 #    concurrencies in CONCURRENCY (default "1 64"), 512 prompt / 128 output tokens;
-#  - with `curve`: `deepinfer serve --device cuda` under bench/serve_curve.sh (RATES, CONCURRENCY).
+#  - with `curve` (or `curve-only`, without the above): `deepinfer serve --device cuda` under
+#    bench/serve_curve.sh (RATES, CURVE_CONCURRENCY).
 # JSON lines, traces and the curve go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ bin=build-cuda/bin
 ckpt=/tmp/ckpt-flash-dims
 [ -d "$ckpt" ] || timeout 300 $bin/make_random_v4 --preset flash-dims --out "$ckpt" | tail -2
 engine=(--model "$ckpt" --tokenizer models/deepseek-v4-tokenizer --device cuda --cache-memory 16GiB --max-sequences 64)
-for c in ${CONCURRENCY:-1 64}; do
+[ "${1:-}" = curve-only ] || for c in ${CONCURRENCY:-1 64}; do
     n=$(( c > 8 ? c * 2 : 16 ))
     for t in 0 1; do
         timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 --output-len 128 \
@@ -23,7 +24,7 @@ for c in ${CONCURRENCY:-1 64}; do
     timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 --output-len 128 \
         --temperature 1 --trace "$out/trace_c$c.json" --json | tee -a "$out/bench_traced.jsonl"
 done
-if [ "${1:-}" = curve ]; then
-    BIN=$bin SERVE_ARGS="${engine[*]}" RATES="${RATES:-1 4 16}" CONCURRENCY="${CURVE_CONCURRENCY:-1 16 64}" \
+if [ "${1:-}" = curve ] || [ "${1:-}" = curve-only ]; then
+    BIN=$bin/deepinfer SERVE_ARGS="${engine[*]}" RATES="${RATES:-1 4 16}" CONCURRENCY="${CURVE_CONCURRENCY:-1 16 64}" \
         DURATION=${DURATION:-30} bench/serve_curve.sh "$out/curve" | tail -1
 fi
