@@ -10,10 +10,14 @@ cd "$(dirname "$0")/.."
 streams=${1:-2000}; idle=${2:-1000}; seconds=${3:-60}
 bin=${BIN:-build/bin/deepinfer}
 port=${PORT:-8130}
-model=${MODEL:-/tmp/deepinfer-v4-tiny}
-[ -d "$model" ] || build/bin/make_random_v4 --preset tiny --out "$model" > /dev/null
-$bin serve --port "$port" --model "$model" --tokenizer models/deepseek-v4-tokenizer --max-sequences 64 --max-running 64 \
-    > /tmp/deepinfer_serve_load.log 2>&1 &
+model=${MODEL:-}
+model_args=(--model "$model")
+if [ -z "$model" ]; then  # the random checkpoint has no tokenizer of its own
+    model=/tmp/deepinfer-v4-tiny
+    [ -d "$model" ] || build/bin/make_random_v4 --preset tiny --out "$model" > /dev/null
+    model_args=(--model "$model" --tokenizer models/deepseek-v4-tokenizer)
+fi
+$bin serve --port "$port" "${model_args[@]}" --max-sequences 64 --max-running 64 > /tmp/deepinfer_serve_load.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q serving /tmp/deepinfer_serve_load.log && break; sleep 0.1; done
