@@ -29,7 +29,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     cmd->add_option("--output-len", o.output_len, "generated tokens per request")->check(CLI::PositiveNumber);
     cmd->add_option("--concurrency", o.concurrency, "requests in flight (default: all at once)")->check(CLI::PositiveNumber);
     cmd->add_option("--seed", o.seed, "prompt and sampling seed");
-    cmd->add_option("--temperature", o.temperature, "sampling temperature (0 = greedy, chosen on the device)");
+    cmd->add_option("--temperature", o.temperature, "sampling temperature (0 = greedy, chosen on the device)")->check(CLI::NonNegativeNumber);
     cmd->add_flag("--json", o.json, "print one JSON object");
     add_engine_options(cmd, o.engine);
     add_grammar_options(cmd, o.grammar);

@@ -84,7 +84,12 @@ json report(const BenchServeOptions& o, const LoadResult& r, const std::vector<i
               {"requests_per_s", static_cast<double>(r.samples.size() - failed) / elapsed}, {"output_tokens_per_s", tokens / elapsed},
               {"ttft_ms", percentiles(ttft)}, {"tpot_ms", percentiles(tpot)}, {"itl_ms", percentiles(itl)}};
     if (!first_error.empty()) j["first_error"] = first_error;
-    if (l.health_interval_ms > 0) j["health_ms"] = percentiles(r.health_ms), j["health_failed"] = r.health_failed;
+    if (l.health_interval_ms > 0) {
+        j["health_ms"] = percentiles(r.health_ms);
+        j["health_probes"] = r.health_ms.size();
+        j["health_over_50ms"] = std::count_if(r.health_ms.begin(), r.health_ms.end(), [](double ms) { return ms > 50; });
+        j["health_failed"] = r.health_failed;
+    }
     if (l.idle_sockets > 0) j["idle_sockets"] = {{"opened", r.idle_opened}, {"reopened", r.idle_reopened}};
     if (!rss.empty())
         j["server_rss_mib"] = {{"start", rss.front() / 1024.0}, {"peak", *std::max_element(rss.begin(), rss.end()) / 1024.0},

@@ -28,6 +28,9 @@ step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 # Hits from the device pool, host memory (side-stream copies), the disk and Redis give the same
 # tokens and logprobs bit for bit as without the cache (the Redis cases skip without redis-server).
+# On CUDA the v4_tiny cases differ in the last bits (2026-12-03, H200: logprob differences ~1e-5):
+# the replayed rows run in other batch shapes, and the CUDA kernels are not batch-invariant yet
+# (issue 23); V4.1 and deepinfer-nano cases pass bit for bit.
 step prefix cache exactness and faults on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 300 $bin/prefix_cache_tests
 [ "${1:-}" = tests ] && exit 0

@@ -36,12 +36,20 @@ def panel(out, rows, key, title, top, height, x_max, label_key):
     y_max = max(ys + [1e-9]) * 1.1
     left, width = PAD_L, W - PAD_L - PAD_R
     sx = lambda x: left + x / x_max * width
-    sy = lambda y: top + height - y / y_max * height
+    # Latencies that span more than two decades read better on a log axis.
+    y_min = min(y for y in ys if y > 0) if any(y > 0 for y in ys) else 1e-9
+    log = y_max / y_min > 100
+    if log:
+        lo, hi = math.floor(math.log10(y_min)), math.ceil(math.log10(y_max))
+        sy = lambda y: top + height - (math.log10(max(y, 10 ** lo)) - lo) / (hi - lo) * height
+        ticks = [10 ** e for e in range(lo, hi + 1)]
+        title += " (log scale)"
+    else:
+        sy = lambda y: top + height - y / y_max * height
+        ticks = [t for t in nice_ticks(0, y_max) if t <= y_max]
     out.append(f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" stroke="#999"/>')
     out.append(f'<text x="{left}" y="{top - 8}" font-size="13" font-weight="bold">{title}</text>')
-    for t in nice_ticks(0, y_max):
-        if t > y_max:
-            continue
+    for t in ticks:
         out.append(f'<line x1="{left}" x2="{left + width}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>')
         out.append(f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{t:g}</text>')
     for (mode, color), (name, dash) in [(m, s) for m in COLORS.items() for s in SERIES]:

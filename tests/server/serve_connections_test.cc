@@ -117,7 +117,7 @@ TEST(ServeConnections, ClientsThatLeaveCancelTheirRequests) {
     EXPECT_EQ(active, 0);
     EXPECT_EQ(running, 0);
     EXPECT_EQ(waiting, 0) << "the queue gauge must settle once clients left";
-    EXPECT_LT(since(start), 2.0) << "cancellation took more than a few steps";
+    EXPECT_LT(since(start), 5.0) << "cancellation took more than a few steps";
     EXPECT_GE(test::metric_value(m, "deepinfer_requests_total{endpoint=\"/v1/completions\",status=\"499\"}"), 12);
 }
 

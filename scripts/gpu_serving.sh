@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Serving on the GPU (binaries built elsewhere into build-cuda/bin, their libraries in
+# .devcache/lib, as for gpu_run_cuda.sh): on a random flash-dims checkpoint (V4-Flash layer sizes),
+#  - `deepinfer bench` greedy vs temperature 1, and with --trace (the trace's cost), at the
+#    concurrencies in CONCURRENCY (default "1 64"), 512 prompt / 128 output tokens;
+#  - with `curve` (or `curve-only`, without the above): `deepinfer serve --device cuda` under
+#    bench/serve_curve.sh (RATES, CURVE_CONCURRENCY).
+# JSON lines, traces and the curve go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -d build-cuda/bin ] || [ ! -f .devcache/pack/cuda_run.tar.xz ] || tar -xJf .devcache/pack/cuda_run.tar.xz
+export LD_LIBRARY_PATH="$PWD/.devcache/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+out=${OUT:-/tmp}
+bin=build-cuda/bin
+ckpt=/tmp/ckpt-flash-dims
+[ -d "$ckpt" ] || timeout 300 $bin/make_random_v4 --preset flash-dims --out "$ckpt" | tail -2
+engine=(--model "$ckpt" --tokenizer models/deepseek-v4-tokenizer --device cuda --cache-memory 16GiB --max-sequences 64)
+[ "${1:-}" = curve-only ] || for c in ${CONCURRENCY:-1 64}; do
+    n=$(( c > 8 ? c * 2 : 16 ))
+    for t in 0 1; do
+        timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 --output-len 128 \
+            --temperature $t --json | tee -a "$out/bench.jsonl"
+    done
+    timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 --output-len 128 \
+        --temperature 1 --trace "$out/trace_c$c.json" --json | tee -a "$out/bench_traced.jsonl"
+done
+if [ "${1:-}" = curve ] || [ "${1:-}" = curve-only ]; then
+    BIN=$bin/deepinfer SERVE_ARGS="${engine[*]}" RATES="${RATES:-1 4 16}" CONCURRENCY="${CURVE_CONCURRENCY:-1 16 64}" \
+        DURATION=${DURATION:-30} bench/serve_curve.sh "$out/curve" | tail -1
+fi
