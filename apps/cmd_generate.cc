@@ -22,6 +22,7 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
     cmd->add_option("--output", o.output_file, "JSONL results for --prompts (default: stdout)");
     add_engine_options(cmd, o.engine);
     add_sampling_options(cmd, o.sampling);
+    add_grammar_options(cmd, o.grammar);
 }
 
 namespace {
@@ -113,7 +114,13 @@ int run_generate(GenerateOptions& o, const std::string& log_level) {
         DI_CHECK(!o.prompt.empty(), "give --prompt TEXT or --prompts FILE.jsonl");
         requests.push_back({o.prompt, {}, sampling});
     }
+    GrammarSpec grammar = o.grammar.finish();
     auto engine = Engine::create(finish_engine_config(o.engine, log_level));
+    if (grammar.active()) {
+        std::string bad = engine->check_grammar(grammar);
+        DI_CHECK(bad.empty(), "{}: {}", o.grammar.json_schema_file.empty() ? (o.grammar.regex.empty() ? "--grammar" : "--regex") : "--json-schema", bad);
+        for (auto& r : requests) r.grammar = grammar;
+    }
     if (o.prompts_file.empty()) return stream_one(*engine, std::move(requests[0]));
 
     std::vector<std::shared_ptr<RequestStream>> streams;

@@ -25,6 +25,7 @@ struct GenerateOptions {
     std::string prompt, prompts_file, output_file;
     EngineFlags engine;
     SamplingFlags sampling;
+    GrammarFlags grammar;
 };
 void add_generate_command(CLI::App& app, GenerateOptions& opts);
 int run_generate(GenerateOptions& opts, const std::string& log_level);
@@ -35,6 +36,7 @@ struct BenchOptions {
     float temperature = 1.0f;
     bool json = false;
     EngineFlags engine;
+    GrammarFlags grammar;  // given: an unconstrained and a constrained pass, compared
 };
 void add_bench_command(CLI::App& app, BenchOptions& opts);
 int run_bench(BenchOptions& opts, const std::string& log_level);

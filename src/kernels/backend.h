@@ -251,6 +251,12 @@ public:
     // ids[r] (int32) = the index of row r's largest logit, ties to the lower index: greedy
     // sampling where the logits are, so a greedy step brings back an id per row, not the rows.
     virtual void argmax_rows(const Tensor& logits, Tensor& ids) = 0;
+    // Structured output, before sampling or argmax_rows: logits[rows[i], v] = -inf wherever bit
+    // v % 32 of mask[i, v / 32] is clear. logits [R, V] fp32, rows [M] int32, mask [M, ceil(V / 32)]
+    // int32 (bit patterns).
+    virtual void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) = 0;
+    // Blocks until the work queued so far has finished (a device's queue; the CPU runs ops at once).
+    virtual void synchronize() {}
     // out[M, I] = silu(min(gate, limit)) * clamp(up, -limit, limit).
     virtual void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) = 0;
 

@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "runtime/cache/prefix_cache.h"
+#include "runtime/grammar_masks.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -60,6 +61,7 @@ struct RequestState {
     double ttft_s = -1;
     bool cancelled = false;
     int completion_tokens = 0;
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;  // structured output (null when none)
 };
 
 class EngineImpl final : public Engine {
@@ -69,6 +71,7 @@ public:
 
     std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
     EngineStats stats() const override;
+    std::string check_grammar(const GrammarSpec& grammar) override;
     const std::string& model_name() const override { return name_; }
     int32_t vocab_size() const override { return static_cast<int32_t>(model_->vocab_size()); }
     int64_t max_model_len() const override { return max_model_len_; }
@@ -88,6 +91,12 @@ private:
     StepOutput wait_step();
     std::vector<std::optional<SampleOutput>> sample_rows(const StepPlan& plan, const StepOutput& step);
     void append_token(Sequence& s, SampleOutput out, int64_t& detokenize_us);
+    // Structured output (engine_grammar.cc).
+    std::shared_ptr<StepMasks> submit_masks(const StepPlan& plan);
+    void defer_sample(Sequence& s, const StepOutput& step, size_t mask_row);
+    void resolve_late_samples();
+    // The matcher takes the token; false (the sequence fails) if the grammar refuses it.
+    bool advance_grammar(Sequence& s, int32_t token, RequestEvent& ev, SequenceEvent& se);
     void commit(const StepPlan& plan, const StepOutput& step);
     void finish_done_requests();
     void publish_stats();
@@ -107,6 +116,7 @@ private:
     std::unique_ptr<PrefixCache> prefix_cache_;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<StepExecutor> executor_;
+    std::unique_ptr<GrammarService> grammar_;
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.
@@ -121,6 +131,7 @@ private:
     std::map<RequestId, std::unique_ptr<RequestState>> requests_;
     std::map<RequestId, RequestEvent> pending_events_;
     uint64_t arrivals_ = 0;
+    std::vector<Sequence*> late_samples_;  // sequences whose sample waits for a late mask
 
     mutable std::mutex stats_mutex_;
     EngineStats stats_;

@@ -88,6 +88,8 @@ public:
     void add(const Tensor& x, Tensor& y) override;
     void copy(const Tensor& src, Tensor& dst) override;
     void argmax_rows(const Tensor& logits, Tensor& ids) override;
+    void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) override;
+    void synchronize() override;
     void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
 
     void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,
