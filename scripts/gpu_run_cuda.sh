@@ -24,6 +24,8 @@ step device; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
 step kernel ops vs reference; run 120 $bin/kernel_tests --gtest_filter='*cuda*'
 step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
 step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='Engine*'
+step structured output in the engine on CUDA: mask kernel, device argmax vs the host sampler
+DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='StructuredEngine*'
 step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 # Hits from the device pool, host memory (side-stream copies), the disk and Redis give the same

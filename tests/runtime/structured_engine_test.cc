@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/engine.h"
+#include "tests/test_util.h"
 
 namespace deepinfer {
 namespace {
@@ -35,6 +36,7 @@ Output collect(RequestStream& stream) {
 EngineConfig nano_config() {
     EngineConfig c;
     c.model.path = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-nano";
+    c.model.device = test::device();  // DEEPINFER_TEST_DEVICE=cuda: the device argmax and mask kernels
     c.model.threads = 2;
     c.cache.memory_bytes = 256LL << 20;
     return c;
