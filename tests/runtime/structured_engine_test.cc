@@ -75,12 +75,12 @@ std::vector<Output> run_all(Engine& engine, const std::vector<GenerationRequest>
 }
 
 // Each output checked on its own terms: free rows equal the same request run alone without any
-// grammar in the engine; grammar rows are complete and match (std::regex, nlohmann + the schema's
+// grammar in the engine (where given); grammar rows are complete and match (std::regex, nlohmann + the schema's
 // rules written out), or were cut by max_tokens.
-void expect_valid(const GenerationRequest& r, const Output& o, const Output& alone) {
+void expect_valid(const GenerationRequest& r, const Output& o, const Output* alone) {
     ASSERT_TRUE(o.error.empty()) << o.error;
     if (!r.grammar.active()) {
-        EXPECT_EQ(o.tokens, alone.tokens) << r.prompt;
+        if (alone) EXPECT_EQ(o.tokens, alone->tokens) << r.prompt;
         return;
     }
     if (o.finish == FinishReason::kLength) return;
@@ -96,6 +96,12 @@ void expect_valid(const GenerationRequest& r, const Output& o, const Output& alo
     EXPECT_TRUE(j["ok"].is_boolean()) << o.text;
 }
 
+// A row's logits equal bit for bit whatever else is in the batch only on batch-invariant kernels
+// (the CPU's; CUDA's GEMMs choose their reduction order by shape, issue 23). Elsewhere, outputs of
+// different batch compositions are compared only through their grammars, and the exact
+// comparisons run one request at a time.
+bool batch_invariant() { return test::device() == "cpu"; }
+
 TEST(StructuredEngine, MixedBatchesMaskOnlyTheirRowsAndBothPathsAgree) {
     auto engine = Engine::create(nano_config());
     std::vector<GenerationRequest> requests = mixed_requests();
@@ -104,13 +110,15 @@ TEST(StructuredEngine, MixedBatchesMaskOnlyTheirRowsAndBothPathsAgree) {
     for (size_t i = 0; i < requests.size(); ++i) {
         GenerationRequest free = requests[i];
         free.grammar = {};
-        Output alone = run_all(*engine, {free})[0];
-        expect_valid(requests[i], batched[i], alone);
+        Output alone_free = run_all(*engine, {free})[0];
+        expect_valid(requests[i], batched[i], batch_invariant() ? &alone_free : nullptr);
         if (requests[i].grammar.active()) complete += batched[i].finish == FinishReason::kStop;
         // The host sampler (logprobs send greedy rows there) is the reference of the device argmax.
         GenerationRequest host = requests[i];
         host.sampling.logprobs = 0;
-        EXPECT_EQ(run_all(*engine, {host})[0].tokens, batched[i].tokens) << "request " << i;
+        Output alone = run_all(*engine, {requests[i]})[0];
+        EXPECT_EQ(run_all(*engine, {host})[0].tokens, alone.tokens) << "request " << i;
+        if (batch_invariant()) EXPECT_EQ(alone.tokens, batched[i].tokens) << "request " << i;
     }
     EXPECT_GE(complete, 4);
     EngineStats st = engine->stats();
@@ -126,6 +134,14 @@ TEST(StructuredEngine, LateMasksDelayOnlyTheirSequencesAndChangeNothing) {
     slow.structured.test_mask_delay_ms = 30;
     auto engine = Engine::create(slow);
     std::vector<Output> late = run_all(*engine, requests);
+    if (!batch_invariant()) {  // a late sequence leaves the batch: compare each request alone
+        auto punctual = Engine::create(nano_config());
+        on_time.clear(), late.clear();
+        for (const auto& r : requests) {
+            on_time.push_back(run_all(*punctual, {r})[0]);
+            late.push_back(run_all(*engine, {r})[0]);
+        }
+    }
     for (size_t i = 0; i < requests.size(); ++i) {
         EXPECT_EQ(late[i].tokens, on_time[i].tokens) << "request " << i;
         EXPECT_EQ(late[i].finish, on_time[i].finish) << "request " << i;
