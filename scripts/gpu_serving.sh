@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Serving on the GPU (binaries built elsewhere into build-cuda/bin, their libraries in
 # .devcache/lib, as for gpu_run_cuda.sh): on a random flash-dims checkpoint (V4-Flash layer sizes),
+#  - `deepinfer generate --prompts` 64 prompts (about 128 tokens) x 256 output tokens, greedy and
+#    temperature 1 (its summary line: output tok/s after loading);
 #  - `deepinfer bench` greedy vs temperature 1, and with --trace (the trace's cost), at the
 #    concurrencies in CONCURRENCY (default "1 64"), 512 prompt / 128 output tokens;
 #  - with `curve` (or `curve-only`, without the above): `deepinfer serve --device cuda` under
@@ -23,6 +25,18 @@ if [ "${1:-}" = structured ]; then
             --temperature $t --json-schema bench/schemas/records.json --json | tee -a "$out/bench_structured.jsonl"
     done
     exit 0
+fi
+if [ "${1:-}" != curve-only ]; then
+    python3 -c "
+import json
+words = 'the engine serves tokens as fast as the forward pass allows when sampling stays on the device '.split()
+for i in range(64): print(json.dumps({'prompt': ' '.join(words[(i + k) % len(words)] for k in range(128)), 'seed': i}))
+" > /tmp/prompts64.jsonl
+    for t in 0 1; do
+        echo "generate 64 x 256, temperature $t"
+        timeout 300 $bin/deepinfer generate "${engine[@]}" --prompts /tmp/prompts64.jsonl --max-tokens 256 --ignore-eos \
+            --temperature $t --output /dev/null 2>&1 | tail -1 | tee -a "$out/generate.txt"
+    done
 fi
 [ "${1:-}" = curve-only ] || for c in ${CONCURRENCY:-1 64}; do
     n=$(( c > 8 ? c * 2 : 16 ))
