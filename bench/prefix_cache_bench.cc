@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -35,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct Options {
-    std::string model, device = "cpu", small_memory = "24MiB", memory = "1GiB", host_memory = "2GiB";
+    std::string model, tokenizer, device = "cpu", small_memory = "24MiB", memory = "1GiB", host_memory = "2GiB";
     std::string disk_dir = "/tmp/deepinfer-prefix-bench", redis_url, json_out, trace;
     int threads = 0, block_size = 16, replay = 140;
     bench::WorkloadShape shape;
@@ -110,6 +111,7 @@ double raw_redis_gbps(const std::string& url) {
 EngineConfig engine_config(const Options& o, bool cache, const std::string& memory) {
     EngineConfig c;
     c.model.path = o.model.empty() ? apps::default_model_dir() : o.model;
+    c.model.tokenizer_path = o.tokenizer;
     c.model.device = o.device;
     c.model.threads = o.threads;
     c.model.swa_replay_tokens = o.replay;
@@ -191,28 +193,7 @@ void print_table(const json& result) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    Options o;
-    CLI::App app("Prefix-cache benchmark: multi-turn chat and a shared system prompt, per cache tier");
-    app.add_option("--model", o.model);
-    app.add_option("--device", o.device);
-    app.add_option("--threads", o.threads);
-    app.add_option("--users", o.shape.users);
-    app.add_option("--turns", o.shape.turns);
-    app.add_option("--system-len", o.shape.system_len, "tokens of each user's opening document / the shared system prompt");
-    app.add_option("--message-len", o.shape.message_len);
-    app.add_option("--output-len", o.shape.output_len);
-    app.add_option("--concurrency", o.shape.concurrency);
-    app.add_option("--block-size", o.block_size);
-    app.add_option("--swa-replay-tokens", o.replay);
-    app.add_option("--cache-memory", o.memory, "device pool of the device, +disk and +redis columns");
-    app.add_option("--small-cache-memory", o.small_memory, "device pool of the +dram column");
-    app.add_option("--host-cache-memory", o.host_memory, "host memory of the +dram column");
-    app.add_option("--disk-dir", o.disk_dir);
-    app.add_option("--redis-url", o.redis_url, "a running Redis (the +redis column is skipped without one)");
-    app.add_option("--json", o.json_out, "write the results as JSON to this file");
-    app.add_option("--trace", o.trace, "write pass 2's requests as a Chrome trace to this file");
-    CLI11_PARSE(app, argc, argv);
+static int run(const Options& o) {
     std::filesystem::create_directories(o.disk_dir);
     json result = {{"raw_gbps", {{"dram", raw_dram_gbps()}, {"disk", raw_disk_gbps(o.disk_dir)},
                                  {"redis", o.redis_url.empty() ? -1.0 : raw_redis_gbps(o.redis_url)}}}};
@@ -231,4 +212,35 @@ int main(int argc, char** argv) {
     if (!o.json_out.empty()) std::ofstream(o.json_out) << result.dump(2) << "\n";
     if (!o.trace.empty()) std::ofstream(o.trace) << json{{"traceEvents", trace}}.dump() << "\n";
     return 0;
+}
+
+int main(int argc, char** argv) {
+    Options o;
+    CLI::App app("Prefix-cache benchmark: multi-turn chat and a shared system prompt, per cache tier");
+    app.add_option("--model", o.model);
+    app.add_option("--tokenizer", o.tokenizer, "tokenizer directory (default: the model's)");
+    app.add_option("--device", o.device);
+    app.add_option("--threads", o.threads);
+    app.add_option("--users", o.shape.users);
+    app.add_option("--turns", o.shape.turns);
+    app.add_option("--system-len", o.shape.system_len, "tokens of each user's opening document / the shared system prompt");
+    app.add_option("--message-len", o.shape.message_len);
+    app.add_option("--output-len", o.shape.output_len);
+    app.add_option("--concurrency", o.shape.concurrency);
+    app.add_option("--block-size", o.block_size);
+    app.add_option("--swa-replay-tokens", o.replay);
+    app.add_option("--cache-memory", o.memory, "device pool of the device, +disk and +redis columns");
+    app.add_option("--small-cache-memory", o.small_memory, "device pool of the +dram column");
+    app.add_option("--host-cache-memory", o.host_memory, "host memory of the +dram column");
+    app.add_option("--disk-dir", o.disk_dir);
+    app.add_option("--redis-url", o.redis_url, "a running Redis (the +redis column is skipped without one)");
+    app.add_option("--json", o.json_out, "write the results as JSON to this file");
+    app.add_option("--trace", o.trace, "write pass 2's requests as a Chrome trace to this file");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        return run(o);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_prefix_cache: %s\n", e.what());
+        return 1;
+    }
 }

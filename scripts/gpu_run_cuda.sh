@@ -69,7 +69,7 @@ if [ "${1:-}" = prefix ]; then
         redis_args=(--redis-url redis://127.0.0.1:6399)
     fi
     step "prefix cache bench (flash-dims)"
-    run 600 $bin/bench_prefix_cache --model /tmp/ckpt-flash-dims --device cuda --block-size 8 --users 16 --turns 4 \
+    run 600 $bin/bench_prefix_cache --model /tmp/ckpt-flash-dims --tokenizer models/deepseek-v4-tokenizer --device cuda --block-size 8 --users 16 --turns 4 \
         --system-len 4096 --message-len 128 --output-len 32 --concurrency 4 --cache-memory 8GiB \
         --small-cache-memory 64MiB --host-cache-memory 16GiB --disk-dir /tmp/prefix-bench "${redis_args[@]}" \
         --json "${OUT:-/tmp}/prefix_bench.json" --trace "${OUT:-/tmp}/prefix_trace.json"
