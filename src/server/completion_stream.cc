@@ -108,6 +108,10 @@ std::string CompletionStream::prompt_text(size_t choice) const {
 void CompletionStream::apply(size_t s, const RequestEvent& ev, std::string* out) {
     if (!ev.error.empty()) error_ = ev.error;
     cached_tokens_[s] = std::max(cached_tokens_[s], ev.cached_tokens);
+    if (!queue_observed_ && ev.queue_time_s >= 0) {
+        metrics_.queue_seconds.observe(ev.queue_time_s);
+        queue_observed_ = true;
+    }
     for (const auto& se : ev.sequences) {
         size_t ci = s * call_.choices_per_request() + se.index;
         Choice& c = choices_[ci];

@@ -33,6 +33,9 @@ public:
     std::string poll();
     bool done() const { return done_; }
     bool streaming() const { return call_.stream; }
+    // When the call arrived, if before this stream was made (a prefill fetched elsewhere first):
+    // its time to first token counts from there.
+    void set_arrival(std::chrono::steady_clock::time_point arrival) { start_ = arrival; }
     // The non-streaming reply once done(): the response body, or the error to answer with.
     std::variant<nlohmann::json, ApiError> response();
     // Stops generation (client gone, or the server shuts down).
@@ -77,6 +80,7 @@ private:
     bool done_ = false;
     std::chrono::steady_clock::time_point start_, last_token_;
     bool any_token_ = false;
+    bool queue_observed_ = false;
 };
 
 }  // namespace deepinfer::server

@@ -27,7 +27,18 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 Metrics::Metrics()
     : ttft({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       itl({0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}),
-      e2e({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
+      e2e({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+      transfer_seconds({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}),
+      queue_seconds({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}) {}
+
+void Metrics::transfer(const std::string& result, int64_t bytes, double seconds) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++transfers_[result];
+    }
+    transfer_bytes_ += static_cast<uint64_t>(bytes);
+    transfer_seconds.observe(seconds);
+}
 
 void Metrics::request_finished(const std::string& endpoint, int status) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -97,7 +108,11 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
         out += "# HELP deepinfer_rejected_total Requests and connections refused by a server limit, by reason.\n"
                "# TYPE deepinfer_rejected_total counter\n";
         for (const auto& [reason, n] : rejected_) out += fmt::format("deepinfer_rejected_total{{reason=\"{}\"}} {}\n", reason, n);
+        out += "# HELP deepinfer_pd_transfers_total Prompt states fetched from a prefill instance, by result (failed = computed locally).\n"
+               "# TYPE deepinfer_pd_transfers_total counter\n";
+        for (const auto& [result, n] : transfers_) out += fmt::format("deepinfer_pd_transfers_total{{result=\"{}\"}} {}\n", result, n);
     }
+    counter("deepinfer_pd_transfer_bytes_total", "Bytes of prompt state received from prefill instances.", static_cast<double>(transfer_bytes_));
     counter("deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
     counter("deepinfer_generation_tokens_total", "Generated tokens of finished requests.", static_cast<double>(completion_tokens_));
     gauge("deepinfer_requests_active", "Completion requests accepted and not yet answered.", static_cast<double>(server.active_requests));
@@ -114,6 +129,8 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
     ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");
     itl.render(out, "deepinfer_inter_token_latency_seconds", "Time between tokens of a stream.");
     e2e.render(out, "deepinfer_request_latency_seconds", "Time from request arrival to its last token.");
+    transfer_seconds.render(out, "deepinfer_pd_transfer_seconds", "Time to fetch a prompt's state from a prefill instance (its prefill included).");
+    queue_seconds.render(out, "deepinfer_queue_seconds", "Time from a request's submission to its first engine step.");
     return out;
 }
 

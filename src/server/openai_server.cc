@@ -26,11 +26,14 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
-bool needs_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize"; }
+bool needs_key(const std::string& path) {
+    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/internal/prefill";
+}
 
 // The endpoint label of the metrics: known routes by name, everything else as one label.
 std::string endpoint_label(const std::string& path) {
-    for (const char* known : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
+    for (const char* known : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
+                              "/internal/prefill"})
         if (path == known) return path;
     return path.rfind("/v1/models/", 0) == 0 ? "/v1/models" : "other";
 }
@@ -130,6 +133,10 @@ void OpenAiServer::handle(const std::shared_ptr<Exchange>& ex) {
         if (!post) return wrong_method("POST");
         return handle_completion(ex, path == "/v1/chat/completions");
     }
+    if (path == "/internal/prefill") {
+        if (!post) return wrong_method("POST");
+        return handle_prefill(ex);
+    }
     if (path == "/tokenize" || path == "/detokenize") {
         if (!post) return wrong_method("POST");
         return handle_tokenizer(ex, path == "/tokenize");
@@ -167,6 +174,7 @@ void OpenAiServer::handle_completion(const std::shared_ptr<Exchange>& ex, bool c
 }
 
 void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat) {
+    auto arrival = std::chrono::steady_clock::now();
     auto tokenize = [this](const std::string& text, bool special) { return engine_.tokenize(text, special); };
     auto parsed = parse_completion_call(ex->request().body, chat, serving_info(), tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) {
@@ -177,7 +185,15 @@ void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const s
         --pending_;
         return reply_error(ex, endpoint, {503, "the server is shutting down", "", "server_error"});
     }
-    auto stream = std::make_unique<CompletionStream>(engine_, std::move(std::get<CompletionCall>(parsed)), metrics_);
+    std::string prefill = prefill_instance_for(ex->request());
+    if (!prefill.empty()) return prefill_then_submit(ex, endpoint, std::move(std::get<CompletionCall>(parsed)), prefill, arrival);
+    submit_completion(ex, endpoint, std::move(std::get<CompletionCall>(parsed)), arrival);
+}
+
+void OpenAiServer::submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                                     std::chrono::steady_clock::time_point arrival) {
+    auto stream = std::make_unique<CompletionStream>(engine_, std::move(call), metrics_);
+    stream->set_arrival(arrival);
     uint64_t id = ++next_task_id_;
     auto on_end = [this, endpoint, id](int status) {
         metrics_.request_finished(endpoint, status);

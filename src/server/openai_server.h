@@ -7,6 +7,7 @@
 #include "server/asio.h"
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +41,13 @@ private:
     std::optional<HttpResponse> check_head(const HttpRequest& head);
     void handle_completion(const std::shared_ptr<Exchange>& ex, bool chat);
     void start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat);
+    void submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                           std::chrono::steady_clock::time_point arrival);
+    // Prefill/decode disaggregation (openai_server_pd.cc).
+    void handle_prefill(const std::shared_ptr<Exchange>& ex);
+    std::string prefill_instance_for(const HttpRequest& req) const;
+    void prefill_then_submit(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                             const std::string& prefill, std::chrono::steady_clock::time_point arrival);
     void handle_tokenizer(const std::shared_ptr<Exchange>& ex, bool encode);
     void reply(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, int status, const nlohmann::json& body);
     void reply_error(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, const ApiError& e);

@@ -1,0 +1,71 @@
+// The OpenAI server's part in prefill/decode disaggregation: a prefill instance answers
+// POST /internal/prefill with a prompt's state; a decode instance fetches that state for each call
+// from the prefill instance the request names, imports it, then runs the call as usual (its prompt
+// is then a prefix-cache hit). A failed fetch costs only time: the call runs with a local prefill.
+#include "server/openai_server.h"
+
+#include "base/logging.h"
+#include "cluster/pd/prefill_fetch.h"
+#include "cluster/pd/prefill_service.h"
+
+namespace deepinfer::server {
+
+void OpenAiServer::handle_prefill(const std::shared_ptr<Exchange>& ex) {
+    const std::string endpoint = "/internal/prefill";
+    if (config_.role == "decode") return reply_error(ex, endpoint, {403, "this instance's role is decode: it serves no prefills"});
+    if (draining_) return reply_error(ex, endpoint, {503, "the server is shutting down", "", "server_error"});
+    ++pending_;
+    cluster::run_prefill(engine_, ex->request().body, [this, ex, endpoint](cluster::PrefillReply r) {
+        HttpResponse response;
+        response.status = r.status;
+        response.content_type = r.content_type;
+        response.body = std::move(r.body);
+        response.headers.emplace_back("X-DeepInfer-Spans", std::to_string(r.spans));
+        ex->respond(std::move(response));
+        metrics_.request_finished(endpoint, r.status);
+        --pending_;
+    });
+}
+
+std::string OpenAiServer::prefill_instance_for(const HttpRequest& req) const {
+    if (config_.role == "prefill") return {};
+    std::string named = req.header("X-DeepInfer-Prefill");
+    return named.empty() ? config_.prefill_instance : named;
+}
+
+void OpenAiServer::prefill_then_submit(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                                       const std::string& prefill, std::chrono::steady_clock::time_point arrival) {
+    auto shared_call = std::make_shared<CompletionCall>(std::move(call));
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& r : shared_call->requests) prompts.push_back(r.prompt_tokens);
+    auto local = [this, ex, endpoint, shared_call, arrival] { submit_completion(ex, endpoint, std::move(*shared_call), arrival); };
+    cluster::HttpTarget target;
+    try {
+        target = cluster::parse_target(prefill);
+    } catch (const std::exception& e) {
+        spdlog::warn("prefill instance '{}' is not usable ({}): prefilling locally", prefill, e.what());
+        metrics_.transfer("failed", 0, 0);
+        return local();
+    }
+    auto on_transfer = [this, local, prefill](cluster::PrefillTransfer t) {
+        // Importing checks every span's checksum: off the I/O threads.
+        boost::asio::post(workers_, [this, local, prefill, t = std::move(t)]() mutable {
+            if (!t.error.empty()) {
+                spdlog::warn("prefill from {} failed ({}): prefilling locally", prefill, t.error);
+                metrics_.transfer("failed", t.bytes, t.seconds());
+                return local();
+            }
+            size_t spans = t.spans.size();
+            int accepted = engine_.import_prefix_spans(std::move(t.spans));
+            metrics_.transfer("ok", t.bytes, t.seconds());
+            double mb_per_s = t.seconds() > 0 ? static_cast<double>(t.bytes) / t.seconds() / 1e6 : 0;
+            engine_.trace_span("pd transfer", t.begin, t.end,
+                               {{"bytes", static_cast<double>(t.bytes)}, {"spans", static_cast<double>(spans)},
+                                {"accepted", static_cast<double>(accepted)}, {"MB_per_s", mb_per_s}});
+            local();
+        });
+    };
+    cluster::fetch_prefill(http_->io(), target, prompts, config_.prefill_timeout_s, std::move(on_transfer));
+}
+
+}  // namespace deepinfer::server
