@@ -31,15 +31,16 @@ inline httplib::Client client(int port) {
     return c;
 }
 
-// Token-id prompts of 600..900 tokens (a few prefix-cache spans of 256), shared beginnings for some.
+// Token-id prompts of 700..1000 tokens (a few prefix-cache spans of 256); the even ones share
+// their first 600 (two spans: a hit past the 379-token replay).
 inline std::vector<json> make_prompts(int count, uint32_t seed) {
     std::mt19937 rng(seed);
-    std::vector<int> shared(300);
+    std::vector<int> shared(600);
     for (auto& t : shared) t = 2 + static_cast<int>(rng() % 4000);
     std::vector<json> prompts;
     for (int i = 0; i < count; ++i) {
         std::vector<int> p = i % 2 == 0 ? shared : std::vector<int>{};
-        size_t len = 600 + rng() % 300;
+        size_t len = 700 + rng() % 300;
         while (p.size() < len) p.push_back(2 + static_cast<int>(rng() % 4000));
         prompts.emplace_back(p);
     }

@@ -100,7 +100,7 @@ TEST(Router, SharedPrefixLandsOnTheReplicaHoldingIt) {
     auto router = start_router({"--replica", at(a) + "," + at(b)});
     ASSERT_GT(router->port(), 0);
     std::vector<json> prompts = make_prompts(6, std::random_device{}());
-    // The even prompts share 300 tokens: after the first, each should go where it went.
+    // The even prompts share 600 tokens: after the first, each should go where it went.
     for (size_t i = 0; i < prompts.size(); i += 2) ASSERT_FALSE(complete(router->port(), prompts[i]).contains("error"));
     double on_a = metric(a.port(), "deepinfer_requests_total{endpoint=\"/v1/completions\",status=\"200\"}");
     double on_b = metric(b.port(), "deepinfer_requests_total{endpoint=\"/v1/completions\",status=\"200\"}");
