@@ -31,10 +31,10 @@ Metrics::Metrics()
       transfer_seconds({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}),
       queue_seconds({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}) {}
 
-void Metrics::transfer(const std::string& result, int64_t bytes, double seconds) {
+void Metrics::transfer(const std::string& result, const std::string& transport, int64_t bytes, double seconds) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        ++transfers_[result];
+        ++transfers_[{result, transport}];
     }
     transfer_bytes_ += static_cast<uint64_t>(bytes);
     transfer_seconds.observe(seconds);
@@ -110,7 +110,8 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
         for (const auto& [reason, n] : rejected_) out += fmt::format("deepinfer_rejected_total{{reason=\"{}\"}} {}\n", reason, n);
         out += "# HELP deepinfer_pd_transfers_total Prompt states fetched from a prefill instance, by result (failed = computed locally).\n"
                "# TYPE deepinfer_pd_transfers_total counter\n";
-        for (const auto& [result, n] : transfers_) out += fmt::format("deepinfer_pd_transfers_total{{result=\"{}\"}} {}\n", result, n);
+        for (const auto& [key, n] : transfers_)
+            out += fmt::format("deepinfer_pd_transfers_total{{result=\"{}\",transport=\"{}\"}} {}\n", key.first, key.second, n);
     }
     counter("deepinfer_pd_transfer_bytes_total", "Bytes of prompt state received from prefill instances.", static_cast<double>(transfer_bytes_));
     counter("deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));

@@ -41,8 +41,9 @@ public:
     // A request or connection refused by a limit ("body_too_large", "queue_full", ...).
     void rejected(const std::string& reason);
     void tokens(int prompt, int completion);
-    // A prefill/decode transfer: "ok", or "failed" (the prompt was then computed locally).
-    void transfer(const std::string& result, int64_t bytes, double seconds);
+    // A prefill/decode transfer: "ok", or "failed" (the prompt was then computed locally), over
+    // "ucx" or "http" (or "none": the prefill instance's address was unusable).
+    void transfer(const std::string& result, const std::string& transport, int64_t bytes, double seconds);
     Histogram ttft, itl, e2e, transfer_seconds, queue_seconds;
 
     std::string render(const EngineStats& stats, const std::string& model, const ServerGauges& server) const;
@@ -51,7 +52,7 @@ private:
     mutable std::mutex mutex_;
     std::map<std::pair<std::string, int>, uint64_t> requests_;  // (endpoint, status) -> count
     std::map<std::string, uint64_t> rejected_;                   // reason -> count
-    std::map<std::string, uint64_t> transfers_;                  // result -> count
+    std::map<std::pair<std::string, std::string>, uint64_t> transfers_;  // (result, transport) -> count
     std::atomic<uint64_t> transfer_bytes_{0};
     std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
 };

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "cluster/pd/ucx_channel.h"
 #include "server/completion_task.h"
 
 namespace deepinfer::server {
@@ -48,9 +49,18 @@ OpenAiServer::OpenAiServer(Engine& engine, const ServerConfig& config)
             metrics_.rejected(reason);
             if (status > 0) metrics_.request_finished("other", status);
         });
+    start_ucx();
 }
 
 OpenAiServer::~OpenAiServer() { workers_.join(); }
+
+void OpenAiServer::start_ucx() {
+    try {
+        ucx_ = std::make_unique<cluster::pd::UcxChannel>();
+    } catch (const std::exception& e) {
+        spdlog::warn("UCX did not start ({}): prefill state will travel in HTTP bodies", e.what());
+    }
+}
 
 void OpenAiServer::bind() { http_->bind(); }
 

@@ -19,6 +19,10 @@
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 
+namespace deepinfer::cluster::pd {
+class UcxChannel;
+}
+
 namespace deepinfer::server {
 
 class CompletionTask;
@@ -44,6 +48,7 @@ private:
     void submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
                            std::chrono::steady_clock::time_point arrival);
     // Prefill/decode disaggregation (openai_server_pd.cc).
+    void start_ucx();
     void handle_prefill(const std::shared_ptr<Exchange>& ex);
     std::string prefill_instance_for(const HttpRequest& req) const;
     void prefill_then_submit(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
@@ -63,6 +68,9 @@ private:
     std::mutex tasks_mutex_;
     std::unordered_map<uint64_t, std::shared_ptr<CompletionTask>> tasks_;
     std::atomic<uint64_t> next_task_id_{0};
+    // Prefill/decode state over UCX (null when UCX could not start: the state then travels in
+    // HTTP bodies).
+    std::unique_ptr<cluster::pd::UcxChannel> ucx_;
 };
 
 }  // namespace deepinfer::server

@@ -10,6 +10,14 @@
 
 namespace deepinfer::server {
 
+namespace {
+
+// The prefill instance answers once its last UCX send completed: the spans are there or on the
+// way, so a short wait covers delivery.
+constexpr std::chrono::milliseconds kUcxCollectTimeout{30000};
+
+}  // namespace
+
 void OpenAiServer::handle_prefill(const std::shared_ptr<Exchange>& ex) {
     const std::string endpoint = "/internal/prefill";
     if (config_.role == "decode") return reply_error(ex, endpoint, {403, "this instance's role is decode: it serves no prefills"});
@@ -24,7 +32,7 @@ void OpenAiServer::handle_prefill(const std::shared_ptr<Exchange>& ex) {
         ex->respond(std::move(response));
         metrics_.request_finished(endpoint, r.status);
         --pending_;
-    });
+    }, ucx_.get());
 }
 
 std::string OpenAiServer::prefill_instance_for(const HttpRequest& req) const {
@@ -44,28 +52,32 @@ void OpenAiServer::prefill_then_submit(const std::shared_ptr<Exchange>& ex, cons
         target = cluster::parse_target(prefill);
     } catch (const std::exception& e) {
         spdlog::warn("prefill instance '{}' is not usable ({}): prefilling locally", prefill, e.what());
-        metrics_.transfer("failed", 0, 0);
+        metrics_.transfer("failed", "none", 0, 0);
         return local();
     }
     auto on_transfer = [this, local, prefill](cluster::PrefillTransfer t) {
-        // Importing checks every span's checksum: off the I/O threads.
+        // Collecting UCX spans may wait, importing checks every span's checksum: off the I/O threads.
         boost::asio::post(workers_, [this, local, prefill, t = std::move(t)]() mutable {
+            if (t.error.empty() && t.transport == "ucx") cluster::collect_ucx(t, *ucx_, kUcxCollectTimeout);
             if (!t.error.empty()) {
                 spdlog::warn("prefill from {} failed ({}): prefilling locally", prefill, t.error);
-                metrics_.transfer("failed", t.bytes, t.seconds());
+                metrics_.transfer("failed", t.transport, t.bytes, t.seconds());
                 return local();
             }
             size_t spans = t.spans.size();
             int accepted = engine_.import_prefix_spans(std::move(t.spans));
-            metrics_.transfer("ok", t.bytes, t.seconds());
+            metrics_.transfer("ok", t.transport, t.bytes, t.seconds());
             double mb_per_s = t.seconds() > 0 ? static_cast<double>(t.bytes) / t.seconds() / 1e6 : 0;
             engine_.trace_span("pd transfer", t.begin, t.end,
                                {{"bytes", static_cast<double>(t.bytes)}, {"spans", static_cast<double>(spans)},
+                                {"ucx", t.transport == "ucx" ? 1.0 : 0.0},
                                 {"accepted", static_cast<double>(accepted)}, {"MB_per_s", mb_per_s}});
             local();
         });
     };
-    cluster::fetch_prefill(http_->io(), target, prompts, config_.prefill_timeout_s, std::move(on_transfer));
+    // UCX unless this instance has none or the request asks for the state in the HTTP body.
+    bool use_ucx = ucx_ != nullptr && ex->request().header("X-DeepInfer-Transport") != "http";
+    cluster::fetch_prefill(http_->io(), target, prompts, config_.prefill_timeout_s, use_ucx ? ucx_.get() : nullptr, std::move(on_transfer));
 }
 
 }  // namespace deepinfer::server

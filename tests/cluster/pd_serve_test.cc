@@ -46,7 +46,7 @@ TEST_F(PdServe, DecodeInstanceAnswersAsASingleInstance) {
         EXPECT_EQ(got[i], expected[i]) << "prompt " << i;
     }
     int port = decode_->port();
-    EXPECT_EQ(metric(port, "deepinfer_pd_transfers_total{result=\"ok\"}"), static_cast<double>(prompts.size()));
+    EXPECT_EQ(metric(port, "deepinfer_pd_transfers_total{result=\"ok\",transport=\"ucx\"}"), static_cast<double>(prompts.size()));
     EXPECT_GT(metric(port, "deepinfer_pd_transfer_bytes_total"), 0);
     // The prompts' state came from the prefill instance: the decode side's cache served it.
     EXPECT_GT(metric(port, "deepinfer_prefix_cache_tier_hit_tokens_total{model=\"deepinfer-nano\",tier=\"host\"}"), 0);
@@ -58,16 +58,28 @@ TEST_F(PdServe, UnreachablePrefillFallsBackToLocalPrefill) {
     ASSERT_GT(decode_->port(), 0);
     std::vector<json> prompts = make_prompts(2, std::random_device{}());
     std::vector<json> expected = complete_all(reference_->port(), prompts);
-    double failed_before = metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"failed\"}");
+    double failed_before = metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"failed\",transport=\"ucx\"}");
     // Port 1 on loopback: nothing listens there (connection refused).
     std::vector<json> got = complete_all(decode_->port(), prompts, {{"X-DeepInfer-Prefill", "127.0.0.1:1"}});
     EXPECT_EQ(got, expected);
-    EXPECT_EQ(metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"failed\"}"), failed_before + 2);
+    EXPECT_EQ(metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"failed\",transport=\"ucx\"}"), failed_before + 2);
+}
+
+// The state may also travel in the HTTP reply's body (no UCX on either side, or asked for).
+TEST_F(PdServe, StateInTheHttpBodyAnswersTheSame) {
+    ASSERT_GT(decode_->port(), 0);
+    std::vector<json> prompts = make_prompts(2, std::random_device{}());
+    std::vector<json> expected = complete_all(reference_->port(), prompts);
+    double before = metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"ok\",transport=\"http\"}");
+    std::vector<json> got = complete_all(decode_->port(), prompts, {{"X-DeepInfer-Transport", "http"}});
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"ok\",transport=\"http\"}"), before + 2);
 }
 
 TEST_F(PdServe, BadPrefillCallsAreRefusedCleanly) {
     ASSERT_GT(prefill_->port(), 0);
-    for (const std::string body : {"", "{}", R"({"prompts":[[]]})", R"({"prompts":[[-1]]})", R"({"prompts":[[99999999]]})", "[1,2"}) {
+    for (const std::string body : {"", "{}", R"({"prompts":[[]]})", R"({"prompts":[[-1]]})", R"({"prompts":[[99999999]]})", "[1,2",
+                                   R"({"prompts":[[5]],"ucx_address":7,"transfer":1})", R"({"prompts":[[5]],"ucx_address":"ab"})"}) {
         auto r = client(prefill_->port()).Post("/internal/prefill", body, "application/json");
         ASSERT_TRUE(r) << body;
         EXPECT_EQ(r->status, 400) << body;

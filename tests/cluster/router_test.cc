@@ -38,7 +38,7 @@ TEST(Router, PrefillDecodePairsAnswerAsASingleInstance) {
     // Every request went through a prefill instance, and both pairs took part.
     double transfers = 0;
     for (auto* d : {&d1, &d2}) {
-        double ok = metric(d->port(), "deepinfer_pd_transfers_total{result=\"ok\"}");
+        double ok = metric(d->port(), "deepinfer_pd_transfers_total{result=\"ok\",transport=\"ucx\"}");
         EXPECT_GT(ok, 0) << "decode instance " << at(*d) << " got no request";
         transfers += ok;
     }

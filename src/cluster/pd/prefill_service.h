@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "cluster/pd/ucx_channel.h"
 #include "deepinfer/engine.h"
 
 namespace deepinfer::cluster {
@@ -18,8 +19,10 @@ struct PrefillReply {
     int spans = 0;
 };
 
-// Parses `body`, submits the prompts and calls `reply` once (from the engine's thread, or at
-// once for a bad body) when every prompt's spans were handed out.
-void run_prefill(Engine& engine, const std::string& body, std::function<void(PrefillReply)> reply);
+// Parses `body`, submits the prompts and calls `reply` once (from the engine's or the transport's
+// thread, or at once for a bad body) when every prompt's spans were handed out. With
+// "ucx_address" and "transfer" in the body and a `channel`, each span goes over UCX as soon as it
+// exists, and the reply is {"transport": "ucx", "counts": [spans per prompt], "bytes": n}.
+void run_prefill(Engine& engine, const std::string& body, std::function<void(PrefillReply)> reply, pd::UcxChannel* channel);
 
 }  // namespace deepinfer::cluster
