@@ -149,17 +149,21 @@ std::shared_ptr<HttpClientCall> HttpClientCall::start(asio::io_context& io, cons
 }
 
 void http_fetch(asio::io_context& io, const HttpTarget& target, HttpClientRequest request,
-                std::function<void(int status, std::string body, std::string error)> done) {
+                std::function<void(int status, std::string body, std::string error, Headers headers)> done) {
     struct State {
         int status = 0;
         std::string body;
+        Headers headers;
     };
     auto state = std::make_shared<State>();
     HttpClientCall::Callbacks cb;
-    cb.on_head = [state](int status, const Headers&) { state->status = status; };
+    cb.on_head = [state](int status, const Headers& headers) {
+        state->status = status;
+        state->headers = headers;
+    };
     cb.on_body = [state](std::string_view data) { state->body.append(data); };
     cb.on_end = [state, done = std::move(done)](const std::string& error) {
-        done(error.empty() ? state->status : 0, std::move(state->body), error);
+        done(error.empty() ? state->status : 0, std::move(state->body), error, std::move(state->headers));
     };
     HttpClientCall::start(io, target, std::move(request), std::move(cb));
 }

@@ -58,8 +58,8 @@ public:
     virtual void cancel() = 0;
 };
 
-// A whole response: `done(status, body, error)` once (status 0 and an error when none came).
+// A whole response: `done(status, body, error, headers)` once (status 0 and an error when none came).
 void http_fetch(boost::asio::io_context& io, const HttpTarget& target, HttpClientRequest request,
-                std::function<void(int status, std::string body, std::string error)> done);
+                std::function<void(int status, std::string body, std::string error, Headers headers)> done);
 
 }  // namespace deepinfer::cluster

@@ -24,12 +24,15 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
     out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
 }
 
+static std::vector<double> ttft_bounds() { return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}; }
+
 Metrics::Metrics()
     : ttft({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       itl({0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}),
       e2e({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
       transfer_seconds({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}),
-      queue_seconds({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}) {}
+      queue_seconds({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}),
+      ttft_queue(ttft_bounds()), ttft_prefill(ttft_bounds()), ttft_transfer(ttft_bounds()), ttft_first_decode(ttft_bounds()) {}
 
 void Metrics::transfer(const std::string& result, const std::string& transport, int64_t bytes, double seconds) {
     {
@@ -132,6 +135,10 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
     e2e.render(out, "deepinfer_request_latency_seconds", "Time from request arrival to its last token.");
     transfer_seconds.render(out, "deepinfer_pd_transfer_seconds", "Time to fetch a prompt's state from a prefill instance (its prefill included).");
     queue_seconds.render(out, "deepinfer_queue_seconds", "Time from a request's submission to its first engine step.");
+    ttft_queue.render(out, "deepinfer_ttft_queue_seconds", "TTFT part: waiting for the first engine step here.");
+    ttft_prefill.render(out, "deepinfer_ttft_prefill_seconds", "TTFT part: the prefill (here with the first token, or on the prefill instance).");
+    ttft_transfer.render(out, "deepinfer_ttft_transfer_seconds", "TTFT part: moving the prompt's state from the prefill instance.");
+    ttft_first_decode.render(out, "deepinfer_ttft_first_decode_seconds", "TTFT part after a transfer: the window replay and the first token here.");
     return out;
 }
 

@@ -201,9 +201,9 @@ void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const s
 }
 
 void OpenAiServer::submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
-                                     std::chrono::steady_clock::time_point arrival) {
+                                     std::chrono::steady_clock::time_point arrival, PdTiming timing) {
     auto stream = std::make_unique<CompletionStream>(engine_, std::move(call), metrics_);
-    stream->set_arrival(arrival);
+    stream->set_arrival(arrival, timing);
     uint64_t id = ++next_task_id_;
     auto on_end = [this, endpoint, id](int status) {
         metrics_.request_finished(endpoint, status);

@@ -46,7 +46,7 @@ private:
     void handle_completion(const std::shared_ptr<Exchange>& ex, bool chat);
     void start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat);
     void submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
-                           std::chrono::steady_clock::time_point arrival);
+                           std::chrono::steady_clock::time_point arrival, PdTiming timing = {});
     // Prefill/decode disaggregation (openai_server_pd.cc).
     void start_ucx();
     void handle_prefill(const std::shared_ptr<Exchange>& ex);

@@ -23,12 +23,15 @@ void OpenAiServer::handle_prefill(const std::shared_ptr<Exchange>& ex) {
     if (config_.role == "decode") return reply_error(ex, endpoint, {403, "this instance's role is decode: it serves no prefills"});
     if (draining_) return reply_error(ex, endpoint, {503, "the server is shutting down", "", "server_error"});
     ++pending_;
-    cluster::run_prefill(engine_, ex->request().body, [this, ex, endpoint](cluster::PrefillReply r) {
+    auto begin = std::chrono::steady_clock::now();
+    cluster::run_prefill(engine_, ex->request().body, [this, ex, endpoint, begin](cluster::PrefillReply r) {
         HttpResponse response;
         response.status = r.status;
         response.content_type = r.content_type;
         response.body = std::move(r.body);
         response.headers.emplace_back("X-DeepInfer-Spans", std::to_string(r.spans));
+        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        response.headers.emplace_back("X-DeepInfer-Prefill-Seconds", std::to_string(seconds));
         ex->respond(std::move(response));
         metrics_.request_finished(endpoint, r.status);
         --pending_;
@@ -46,7 +49,9 @@ void OpenAiServer::prefill_then_submit(const std::shared_ptr<Exchange>& ex, cons
     auto shared_call = std::make_shared<CompletionCall>(std::move(call));
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& r : shared_call->requests) prompts.push_back(r.prompt_tokens);
-    auto local = [this, ex, endpoint, shared_call, arrival] { submit_completion(ex, endpoint, std::move(*shared_call), arrival); };
+    auto local = [this, ex, endpoint, shared_call, arrival](PdTiming timing = {}) {
+        submit_completion(ex, endpoint, std::move(*shared_call), arrival, timing);
+    };
     cluster::HttpTarget target;
     try {
         target = cluster::parse_target(prefill);
@@ -71,8 +76,9 @@ void OpenAiServer::prefill_then_submit(const std::shared_ptr<Exchange>& ex, cons
             engine_.trace_span("pd transfer", t.begin, t.end,
                                {{"bytes", static_cast<double>(t.bytes)}, {"spans", static_cast<double>(spans)},
                                 {"ucx", t.transport == "ucx" ? 1.0 : 0.0},
-                                {"accepted", static_cast<double>(accepted)}, {"MB_per_s", mb_per_s}});
-            local();
+                                {"accepted", static_cast<double>(accepted)}, {"MB_per_s", mb_per_s},
+                                {"remote_prefill_s", t.prefill_seconds}});
+            local({t.prefill_seconds, std::max(0.0, t.seconds() - t.prefill_seconds)});
         });
     };
     // UCX unless this instance has none or the request asks for the state in the HTTP body.

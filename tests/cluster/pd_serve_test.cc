@@ -48,6 +48,10 @@ TEST_F(PdServe, DecodeInstanceAnswersAsASingleInstance) {
     int port = decode_->port();
     EXPECT_EQ(metric(port, "deepinfer_pd_transfers_total{result=\"ok\",transport=\"ucx\"}"), static_cast<double>(prompts.size()));
     EXPECT_GT(metric(port, "deepinfer_pd_transfer_bytes_total"), 0);
+    // TTFT split: each call's remote prefill and transfer are counted apart.
+    EXPECT_EQ(metric(port, "deepinfer_ttft_transfer_seconds_count"), static_cast<double>(prompts.size()));
+    EXPECT_GT(metric(port, "deepinfer_ttft_prefill_seconds_sum"), 0);
+    EXPECT_EQ(metric(port, "deepinfer_ttft_first_decode_seconds_count"), static_cast<double>(prompts.size()));
     // The prompts' state came from the prefill instance: the decode side's cache served it.
     EXPECT_GT(metric(port, "deepinfer_prefix_cache_tier_hit_tokens_total{model=\"deepinfer-nano\",tier=\"host\"}"), 0);
     EXPECT_GT(metric(prefill_->port(), "deepinfer_requests_total{endpoint=\"/internal/prefill\",status=\"200\"}"), 0);

@@ -1,5 +1,7 @@
 #include "cluster/pd/prefill_fetch.h"
 
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "cluster/pd/span_wire.h"
@@ -42,12 +44,14 @@ void fetch_prefill(boost::asio::io_context& io, const HttpTarget& prefill, const
     auto begin = std::chrono::steady_clock::now();
     size_t count = prompts.size();
     http_fetch(io, prefill, std::move(req),
-               [begin, count, transfer, channel, done = std::move(done)](int status, std::string reply, std::string error) {
+               [begin, count, transfer, channel, done = std::move(done)](int status, std::string reply, std::string error, Headers headers) {
                    PrefillTransfer t;
                    t.begin = begin;
                    t.end = std::chrono::steady_clock::now();
                    t.ucx_transfer = transfer;
                    t.transport = channel != nullptr ? "ucx" : "http";
+                   for (const auto& [name, value] : headers)
+                       if (name == "X-DeepInfer-Prefill-Seconds") t.prefill_seconds = std::strtod(value.c_str(), nullptr);
                    if (error.empty() && status != 200) error = "status " + std::to_string(status) + ": " + reply.substr(0, 200);
                    t.error = std::move(error);
                    if (t.error.empty() && channel != nullptr) {

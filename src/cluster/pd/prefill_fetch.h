@@ -21,6 +21,7 @@ struct PrefillTransfer {
     int64_t bytes = 0;  // of state received
     std::chrono::steady_clock::time_point begin, end;
     std::string transport = "http";
+    double prefill_seconds = 0;  // of `seconds()`, what the prefill instance took (its prefill and sends)
     std::string error;  // empty on success
     // UCX: the transfer's id on this side, and the spans per prompt the prefill instance sent.
     uint64_t ucx_transfer = 0;

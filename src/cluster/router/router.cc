@@ -244,7 +244,7 @@ void Router::probe_health() {
         probe.connect_timeout_s = 2;
         probe.idle_timeout_s = 5;
         http_fetch(http_->io(), instances[i].target, std::move(probe),
-                   [this, i](int status, std::string, std::string) { pool_.set_healthy(static_cast<int>(i), status == 200); });
+                   [this, i](int status, std::string, std::string, Headers) { pool_.set_healthy(static_cast<int>(i), status == 200); });
     }
     health_timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(config_.health_interval_s)));
