@@ -119,10 +119,12 @@ TEST(Router, SigtermDrainsRunningRequests) {
     json prompt = make_prompts(1, 7)[0];
     auto call = std::async(std::launch::async, [&] {
         bool errored = false;
-        int n = stream_tokens(router->port(), prompt, 48, &errored);
+        // Long enough to be still running when the signal comes.
+        int n = stream_tokens(router->port(), prompt, 2000, &errored);
         return errored ? -1 : n;
     });
     for (int i = 0; i < 600 && metric(a.port(), "deepinfer_running_batch") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "the request ended before the signal";
     auto [status, seconds] = router->terminate(120);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the router did not exit cleanly";
     EXPECT_GE(call.get(), 1) << "the running request was not allowed to finish";
