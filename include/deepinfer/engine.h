@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "deepinfer/config.h"
+#include "deepinfer/prefix_spans.h"
 #include "deepinfer/request.h"
 
 namespace deepinfer {
@@ -56,6 +57,9 @@ struct PrefixCacheStats {
     int64_t replay_tokens = 0;  // positions recomputed after a hit to refill the window rings
     int64_t lookup_tokens = 0;  // prompt tokens of admitted sequences (hit rate = hit_tokens / this)
     int64_t hit_tokens = 0;     // of those, taken from the cache (all tiers)
+    // Prefill/decode disaggregation: spans handed to sinks, and spans taken in from other engines
+    // (rejected: failed their checks, or no host slot / parent span to hold them).
+    int64_t exported_spans = 0, imported_spans = 0, rejected_imports = 0;
     std::vector<PrefixCacheTierStats> tiers;  // device, then host, disk, remote where enabled
 };
 
@@ -95,6 +99,16 @@ public:
     // Tokenizer access for callers that format prompts (chat templates, counting).
     virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const = 0;
     virtual std::string detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const = 0;
+    // Prefill/decode disaggregation (decode side): takes spans another engine of the same model,
+    // cache layout and device kind exported (prefix_spans.h; each prompt's spans in order) into
+    // the prefix cache's host memory, ahead of every request submitted after this call. Returns
+    // how many passed their checks (checksums, namespace, the key chain); the others are dropped
+    // and logged. 0 without a prefix cache.
+    virtual int import_prefix_spans(std::vector<std::vector<std::byte>> blobs) = 0;
+    // Adds a span [begin, end) named `name` to the engine's trace (--trace) on a track of its
+    // own, with numeric arguments; nothing when tracing is off.
+    virtual void trace_span(const std::string& name, std::chrono::steady_clock::time_point begin,
+                            std::chrono::steady_clock::time_point end, const std::vector<std::pair<std::string, double>>& args) = 0;
     // Finishes (or, with cancel_running, cancels) every request, then stops the engine thread.
     virtual void shutdown(bool cancel_running) = 0;
 };

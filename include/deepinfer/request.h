@@ -1,6 +1,7 @@
 #pragma once
 // A generation request and the events it produces.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 namespace deepinfer {
 
 using RequestId = uint64_t;
+class PrefixSpanSink;
 
 // Structured output: every generated token is masked so that the output stays in this language,
 // and EOS is allowed only where the language allows the output to end (docs/grammar.md).
@@ -27,6 +29,9 @@ struct GenerationRequest {
     SamplingParams sampling;
     int priority = 0;                   // higher runs first; FCFS within a priority
     GrammarSpec grammar;                // structured output (none by default)
+    // Prefill/decode disaggregation (prefill side): the prompt's cached spans are handed here as
+    // they are computed or found cached (prefix_spans.h). Null = none.
+    std::shared_ptr<PrefixSpanSink> span_sink;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -58,6 +63,7 @@ struct RequestEvent {
     int cached_tokens = 0;
     int completion_tokens = 0; // over all sequences so far
     double time_to_first_token_s = -1;  // set once the first token exists
+    double queue_time_s = -1;           // arrival to the first step that computed it (once scheduled)
 };
 
 }  // namespace deepinfer

@@ -11,13 +11,31 @@ void TraceRecorder::enable() {
     enabled_ = true;
 }
 
-int64_t TraceRecorder::now_us() const {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - origin_).count();
+int64_t TraceRecorder::now_us() const { return us_of(std::chrono::steady_clock::now()); }
+
+int64_t TraceRecorder::us_of(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t - origin_).count();
 }
 
 int TraceRecorder::track_locked() {
-    auto [it, added] = tracks_.try_emplace(std::this_thread::get_id(), static_cast<int>(tracks_.size()) + 1);
+    auto [it, added] = tracks_.try_emplace(std::this_thread::get_id(), next_track_);
+    if (added) ++next_track_;
     return it->second;
+}
+
+void TraceRecorder::span_on_track(std::string_view track, std::string_view name, int64_t begin_us, int64_t end_us,
+                                  nlohmann::json args) {
+    if (!enabled_) return;
+    nlohmann::json e = {{"name", name}, {"ph", "X"}, {"ts", begin_us}, {"dur", end_us - begin_us}, {"pid", 1}};
+    if (!args.is_null()) e["args"] = std::move(args);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, added] = named_tracks_.try_emplace(std::string(track), next_track_);
+    if (added) {
+        ++next_track_;
+        events_.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", it->second}, {"args", {{"name", track}}}});
+    }
+    e["tid"] = it->second;
+    events_.push_back(std::move(e));
 }
 
 void TraceRecorder::span(std::string_view name, int64_t begin_us, int64_t end_us, nlohmann::json args) {

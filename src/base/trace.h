@@ -24,6 +24,12 @@ public:
     // A span [begin_us, end_us) on the calling thread's track.
     void span(std::string_view name, int64_t begin_us, int64_t end_us, nlohmann::json args = nullptr);
     void counter(std::string_view name, double value);
+    // A span on the track called `track` (one per name, e.g. for work of other components that
+    // has no thread of the engine's), from any thread.
+    void span_on_track(std::string_view track, std::string_view name, int64_t begin_us, int64_t end_us,
+                       nlohmann::json args = nullptr);
+    // A steady-clock time in the trace's microseconds.
+    int64_t us_of(std::chrono::steady_clock::time_point t) const;
     // Names the calling thread's track ("engine", "step executor", ...).
     void name_thread(std::string_view name);
     // {"traceEvents": [...]}; throws deepinfer::Error when the file cannot be written.
@@ -51,6 +57,8 @@ private:
     std::chrono::steady_clock::time_point origin_;
     mutable std::mutex mutex_;
     std::unordered_map<std::thread::id, int> tracks_;
+    std::unordered_map<std::string, int> named_tracks_;
+    int next_track_ = 1;
     std::vector<nlohmann::json> events_;
 };
 

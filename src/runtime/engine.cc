@@ -208,6 +208,7 @@ std::shared_ptr<RequestStream> EngineImpl::submit(GenerationRequest request) {
         if (compiled.ok()) rs->grammar = std::move(compiled).value();
         else error = "structured output: " + compiled.status().message();
     }
+    if (!error.empty() && request.span_sink) request.span_sink->on_done(0);
     if (!error.empty()) {
         RequestEvent ev{rs->id};
         ev.finished = true;
@@ -221,6 +222,7 @@ std::shared_ptr<RequestStream> EngineImpl::submit(GenerationRequest request) {
     {
         std::lock_guard<std::mutex> lock(inbox_mutex_);
         if (stopping_) {
+            if (rs->request.span_sink) rs->request.span_sink->on_done(0);
             RequestEvent ev{rs->id};
             ev.finished = true;
             ev.error = "the engine is shutting down";
@@ -240,6 +242,31 @@ void EngineImpl::cancel(RequestId id) {
         cancels_.push_back(id);
     }
     inbox_cv_.notify_all();
+}
+
+int EngineImpl::import_prefix_spans(std::vector<std::vector<std::byte>> blobs) {
+    if (!prefix_cache_) return 0;
+    std::vector<std::vector<std::byte>> good;
+    for (auto& b : blobs) {
+        std::string bad = prefix_cache_->check_import(b);
+        if (bad.empty()) good.push_back(std::move(b));
+        else spdlog::warn("engine: a transferred prefix span is unusable and was dropped: {}", bad);
+    }
+    int accepted = static_cast<int>(good.size());
+    {
+        std::lock_guard<std::mutex> lock(inbox_mutex_);
+        for (auto& b : good) imports_.push_back(std::move(b));
+    }
+    inbox_cv_.notify_all();
+    return accepted;
+}
+
+void EngineImpl::trace_span(const std::string& name, std::chrono::steady_clock::time_point begin,
+                            std::chrono::steady_clock::time_point end, const std::vector<std::pair<std::string, double>>& args) {
+    if (!trace_.enabled()) return;
+    nlohmann::json a = nlohmann::json::object();
+    for (const auto& [k, v] : args) a[k] = v;
+    trace_.span_on_track("disaggregation", name, trace_.us_of(begin), trace_.us_of(end), std::move(a));
 }
 
 EngineStats EngineImpl::stats() const {

@@ -59,6 +59,8 @@ struct RequestState {
     std::vector<std::unique_ptr<Sequence>> sequences;
     std::chrono::steady_clock::time_point arrival;
     double ttft_s = -1;
+    double queue_s = -1;      // arrival to its first step
+    uint64_t export_id = 0;   // its spans go to request.span_sink (prefix cache export; 0 = none)
     bool cancelled = false;
     int completion_tokens = 0;
     std::shared_ptr<const grammar::CompiledGrammar> grammar;  // structured output (null when none)
@@ -78,6 +80,9 @@ public:
     std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const override;
     std::string detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const override;
     void shutdown(bool cancel_running) override;
+    int import_prefix_spans(std::vector<std::vector<std::byte>> blobs) override;
+    void trace_span(const std::string& name, std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end,
+                    const std::vector<std::pair<std::string, double>>& args) override;
 
     void cancel(RequestId id);
 
@@ -104,6 +109,7 @@ private:
     void write_trace();
     void start_prefix_cache();
     void record_prefixes(const StepPlan& plan, bool ok);
+    bool idle_prefix_work();
 
     EngineConfig config_;
     TraceRecorder trace_;  // enabled by config_.trace_path; written at shutdown
@@ -124,6 +130,7 @@ private:
     std::condition_variable inbox_cv_;
     std::vector<std::unique_ptr<RequestState>> inbox_;
     std::vector<RequestId> cancels_;
+    std::vector<std::vector<std::byte>> imports_;  // checked spans for the prefix cache
     bool stopping_ = false, cancel_on_stop_ = false;
     std::atomic<RequestId> next_id_{1};
 

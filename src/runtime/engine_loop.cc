@@ -45,6 +45,10 @@ void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
         scheduler_->add(s.get());
         rs->sequences.push_back(std::move(s));
     }
+    if (r.span_sink) {
+        if (prefix_cache_) rs->export_id = prefix_cache_->start_export(r.prompt_tokens, r.span_sink);
+        else r.span_sink->on_done(0);
+    }
     RequestId id = rs->id;
     requests_[id] = std::move(rs);
 }
@@ -53,14 +57,18 @@ void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
 void EngineImpl::take_inbox(bool block) {
     std::vector<std::unique_ptr<RequestState>> incoming;
     std::vector<RequestId> cancels;
+    std::vector<std::vector<std::byte>> imports;
     {
         std::unique_lock<std::mutex> lock(inbox_mutex_);
-        if (block) inbox_cv_.wait(lock, [&] { return !inbox_.empty() || !cancels_.empty() || stopping_; });
+        if (block) inbox_cv_.wait(lock, [&] { return !inbox_.empty() || !cancels_.empty() || !imports_.empty() || stopping_; });
         incoming.swap(inbox_);
         cancels.swap(cancels_);
+        imports.swap(imports_);
         if (stopping_ && cancel_on_stop_)
             for (const auto& [id, rs] : requests_) cancels.push_back(id);
     }
+    // Imported spans first: requests submitted after them look them up when queued.
+    for (auto& blob : imports) prefix_cache_->import_span(blob);
     for (auto& rs : incoming) start_request(std::move(rs));
     for (RequestId id : cancels) {
         auto it = requests_.find(id);
@@ -84,6 +92,7 @@ void EngineImpl::launch(const StepPlan& plan) {
         }
         s->inflight = c.count;
         s->awaiting_sample = c.samples;
+        if (s->request->queue_s < 0) s->request->queue_s = seconds_between(s->request->arrival, std::chrono::steady_clock::now());
     }
     cache_->describe(batch);  // the step must not read tables the planner is appending to
     if (prefix_cache_) batch.transfers = prefix_cache_->take_transfers();
@@ -191,7 +200,9 @@ void EngineImpl::finish_done_requests() {
         for (auto& s : rs->sequences) ev.cached_tokens = std::max(ev.cached_tokens, static_cast<int>(s->cached_tokens));
         ev.completion_tokens = rs->completion_tokens;
         ev.time_to_first_token_s = rs->ttft_s;
+        ev.queue_time_s = rs->queue_s;
         ev.finished = done;
+        if (done && rs->export_id) prefix_cache_->end_export_producer(rs->export_id);
         if (done) {
             std::lock_guard<std::mutex> lock(stats_mutex_);
             ++stats_.requests_finished;
@@ -231,12 +242,25 @@ void EngineImpl::record_prefixes(const StepPlan& plan, bool ok) {
     prefix_cache_->on_step_done(ok);
     if (!ok) return;
     for (const ScheduledChunk& c : plan.chunks) prefix_cache_->on_computed(*c.seq);
+    prefix_cache_->pump_exports();
+}
+
+// With no step planned: runs the prefix cache's queued copies here (exports wait for them) and
+// moves exports on. Returns whether exports still wait for something.
+bool EngineImpl::idle_prefix_work() {
+    if (!prefix_cache_) return false;
+    bool moved = prefix_cache_->exporting() || prefix_cache_->has_pending_transfers();
+    if (prefix_cache_->has_pending_transfers()) prefix_cache_->run_pending_transfers();
+    prefix_cache_->pump_exports();
+    if (moved) publish_stats();  // no step publishes what the exports did here
+    return prefix_cache_->exporting();
 }
 
 void EngineImpl::fail_everything(const std::string& message) {
     spdlog::error("engine step failed: {}", message);
     for (auto& [id, rs] : requests_) {
         for (auto& s : rs->sequences) scheduler_->remove(s.get());
+        if (rs->export_id) prefix_cache_->end_export_producer(rs->export_id);
         RequestEvent ev{id};
         ev.finished = true;
         ev.error = "engine step failed: " + message;
@@ -269,12 +293,14 @@ void EngineImpl::loop() {
             finish_done_requests();
             StepPlan plan = plan_step(false);
             if (plan.empty()) {
+                bool exports_wait = idle_prefix_work();
                 std::unique_lock<std::mutex> lock(inbox_mutex_);
-                if (stopping_ && inbox_.empty() && requests_.empty()) break;
-                // Requests wait only for prefix read-back here: look again shortly.
-                if (!requests_.empty()) inbox_cv_.wait_for(lock, std::chrono::milliseconds(1));
+                if (stopping_ && inbox_.empty() && requests_.empty() && !exports_wait) break;
+                // Requests wait only for prefix read-back here, exports for a host slot: look again shortly.
+                bool waiting = !requests_.empty() || exports_wait;
+                if (waiting) inbox_cv_.wait_for(lock, std::chrono::milliseconds(1));
                 lock.unlock();
-                take_inbox(requests_.empty());
+                take_inbox(!waiting);
                 continue;
             }
             launch(plan);
@@ -311,8 +337,10 @@ void EngineImpl::loop() {
             inflight = std::move(next);
         }
     }
+    if (prefix_cache_) prefix_cache_->end_exports();
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     for (auto& rs : inbox_) {
+        if (rs->request.span_sink) rs->request.span_sink->on_done(0);
         RequestEvent ev{rs->id};
         ev.finished = true;
         ev.error = "the engine shut down";

@@ -101,6 +101,16 @@ json CompletionStream::chunk(size_t choice, json delta_or_text, json logprobs, c
             {"model", call_.model}, {"choices", json::array({std::move(c)})}};
 }
 
+void CompletionStream::observe_ttft(double ttft_s) {
+    metrics_.ttft.observe(ttft_s);
+    double queue = std::max(queue_s_, 0.0);
+    metrics_.ttft_queue.observe(queue);
+    if (!pd_.remote()) return metrics_.ttft_prefill.observe(std::max(0.0, ttft_s - queue));
+    metrics_.ttft_prefill.observe(pd_.prefill_s);
+    metrics_.ttft_transfer.observe(pd_.transfer_s);
+    metrics_.ttft_first_decode.observe(std::max(0.0, ttft_s - queue - pd_.prefill_s - pd_.transfer_s));
+}
+
 std::string CompletionStream::prompt_text(size_t choice) const {
     return engine_.detokenize(call_.requests[choice / call_.choices_per_request()].prompt_tokens, true);
 }
@@ -108,12 +118,17 @@ std::string CompletionStream::prompt_text(size_t choice) const {
 void CompletionStream::apply(size_t s, const RequestEvent& ev, std::string* out) {
     if (!ev.error.empty()) error_ = ev.error;
     cached_tokens_[s] = std::max(cached_tokens_[s], ev.cached_tokens);
+    if (!queue_observed_ && ev.queue_time_s >= 0) {
+        metrics_.queue_seconds.observe(ev.queue_time_s);
+        queue_s_ = ev.queue_time_s;
+        queue_observed_ = true;
+    }
     for (const auto& se : ev.sequences) {
         size_t ci = s * call_.choices_per_request() + se.index;
         Choice& c = choices_[ci];
         if (!se.tokens.empty()) {
             auto now = Clock::now();
-            if (!any_token_) metrics_.ttft.observe(std::chrono::duration<double>(now - start_).count());
+            if (!any_token_) observe_ttft(std::chrono::duration<double>(now - start_).count());
             else metrics_.itl.observe(std::chrono::duration<double>(now - last_token_).count() / se.tokens.size());
             any_token_ = true;
             last_token_ = now;

@@ -33,6 +33,12 @@ public:
     std::string poll();
     bool done() const { return done_; }
     bool streaming() const { return call_.stream; }
+    // When the call arrived, if before this stream was made (a prefill fetched elsewhere first):
+    // its time to first token counts from there, and `pd` says how it split.
+    void set_arrival(std::chrono::steady_clock::time_point arrival, PdTiming pd = {}) {
+        start_ = arrival;
+        pd_ = pd;
+    }
     // The non-streaming reply once done(): the response body, or the error to answer with.
     std::variant<nlohmann::json, ApiError> response();
     // Stops generation (client gone, or the server shuts down).
@@ -63,6 +69,7 @@ private:
     std::vector<size_t> returned_choices() const;
     std::string prompt_text(size_t choice) const;
     void finish_metrics();
+    void observe_ttft(double ttft_s);
 
     Engine& engine_;
     CompletionCall call_;
@@ -77,6 +84,9 @@ private:
     bool done_ = false;
     std::chrono::steady_clock::time_point start_, last_token_;
     bool any_token_ = false;
+    bool queue_observed_ = false;
+    double queue_s_ = -1;
+    PdTiming pd_;
 };
 
 }  // namespace deepinfer::server

@@ -24,10 +24,24 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
     out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
 }
 
+static std::vector<double> ttft_bounds() { return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}; }
+
 Metrics::Metrics()
     : ttft({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       itl({0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}),
-      e2e({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
+      e2e({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+      transfer_seconds({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}),
+      queue_seconds({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60}),
+      ttft_queue(ttft_bounds()), ttft_prefill(ttft_bounds()), ttft_transfer(ttft_bounds()), ttft_first_decode(ttft_bounds()) {}
+
+void Metrics::transfer(const std::string& result, const std::string& transport, int64_t bytes, double seconds) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++transfers_[{result, transport}];
+    }
+    transfer_bytes_ += static_cast<uint64_t>(bytes);
+    transfer_seconds.observe(seconds);
+}
 
 void Metrics::request_finished(const std::string& endpoint, int status) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -97,7 +111,12 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
         out += "# HELP deepinfer_rejected_total Requests and connections refused by a server limit, by reason.\n"
                "# TYPE deepinfer_rejected_total counter\n";
         for (const auto& [reason, n] : rejected_) out += fmt::format("deepinfer_rejected_total{{reason=\"{}\"}} {}\n", reason, n);
+        out += "# HELP deepinfer_pd_transfers_total Prompt states fetched from a prefill instance, by result (failed = computed locally).\n"
+               "# TYPE deepinfer_pd_transfers_total counter\n";
+        for (const auto& [key, n] : transfers_)
+            out += fmt::format("deepinfer_pd_transfers_total{{result=\"{}\",transport=\"{}\"}} {}\n", key.first, key.second, n);
     }
+    counter("deepinfer_pd_transfer_bytes_total", "Bytes of prompt state received from prefill instances.", static_cast<double>(transfer_bytes_));
     counter("deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
     counter("deepinfer_generation_tokens_total", "Generated tokens of finished requests.", static_cast<double>(completion_tokens_));
     gauge("deepinfer_requests_active", "Completion requests accepted and not yet answered.", static_cast<double>(server.active_requests));
@@ -117,6 +136,12 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
     ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");
     itl.render(out, "deepinfer_inter_token_latency_seconds", "Time between tokens of a stream.");
     e2e.render(out, "deepinfer_request_latency_seconds", "Time from request arrival to its last token.");
+    transfer_seconds.render(out, "deepinfer_pd_transfer_seconds", "Time to fetch a prompt's state from a prefill instance (its prefill included).");
+    queue_seconds.render(out, "deepinfer_queue_seconds", "Time from a request's submission to its first engine step.");
+    ttft_queue.render(out, "deepinfer_ttft_queue_seconds", "TTFT part: waiting for the first engine step here.");
+    ttft_prefill.render(out, "deepinfer_ttft_prefill_seconds", "TTFT part: the prefill (here with the first token, or on the prefill instance).");
+    ttft_transfer.render(out, "deepinfer_ttft_transfer_seconds", "TTFT part: moving the prompt's state from the prefill instance.");
+    ttft_first_decode.render(out, "deepinfer_ttft_first_decode_seconds", "TTFT part after a transfer: the window replay and the first token here.");
     return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "cluster/pd/ucx_channel.h"
 #include "server/completion_task.h"
 
 namespace deepinfer::server {
@@ -26,11 +27,14 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
-bool needs_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize"; }
+bool needs_key(const std::string& path) {
+    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/internal/prefill";
+}
 
 // The endpoint label of the metrics: known routes by name, everything else as one label.
 std::string endpoint_label(const std::string& path) {
-    for (const char* known : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
+    for (const char* known : {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
+                              "/internal/prefill"})
         if (path == known) return path;
     return path.rfind("/v1/models/", 0) == 0 ? "/v1/models" : "other";
 }
@@ -45,9 +49,18 @@ OpenAiServer::OpenAiServer(Engine& engine, const ServerConfig& config)
             metrics_.rejected(reason);
             if (status > 0) metrics_.request_finished("other", status);
         });
+    start_ucx();
 }
 
 OpenAiServer::~OpenAiServer() { workers_.join(); }
+
+void OpenAiServer::start_ucx() {
+    try {
+        ucx_ = std::make_unique<cluster::pd::UcxChannel>();
+    } catch (const std::exception& e) {
+        spdlog::warn("UCX did not start ({}): prefill state will travel in HTTP bodies", e.what());
+    }
+}
 
 void OpenAiServer::bind() { http_->bind(); }
 
@@ -130,6 +143,10 @@ void OpenAiServer::handle(const std::shared_ptr<Exchange>& ex) {
         if (!post) return wrong_method("POST");
         return handle_completion(ex, path == "/v1/chat/completions");
     }
+    if (path == "/internal/prefill") {
+        if (!post) return wrong_method("POST");
+        return handle_prefill(ex);
+    }
     if (path == "/tokenize" || path == "/detokenize") {
         if (!post) return wrong_method("POST");
         return handle_tokenizer(ex, path == "/tokenize");
@@ -167,6 +184,7 @@ void OpenAiServer::handle_completion(const std::shared_ptr<Exchange>& ex, bool c
 }
 
 void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat) {
+    auto arrival = std::chrono::steady_clock::now();
     auto tokenize = [this](const std::string& text, bool special) { return engine_.tokenize(text, special); };
     auto check_grammar = [this](const GrammarSpec& g) { return engine_.check_grammar(g); };
     auto parsed = parse_completion_call(ex->request().body, chat, serving_info(), tokenize, check_grammar);
@@ -178,7 +196,15 @@ void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const s
         --pending_;
         return reply_error(ex, endpoint, {503, "the server is shutting down", "", "server_error"});
     }
-    auto stream = std::make_unique<CompletionStream>(engine_, std::move(std::get<CompletionCall>(parsed)), metrics_);
+    std::string prefill = prefill_instance_for(ex->request());
+    if (!prefill.empty()) return prefill_then_submit(ex, endpoint, std::move(std::get<CompletionCall>(parsed)), prefill, arrival);
+    submit_completion(ex, endpoint, std::move(std::get<CompletionCall>(parsed)), arrival);
+}
+
+void OpenAiServer::submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                                     std::chrono::steady_clock::time_point arrival, PdTiming timing) {
+    auto stream = std::make_unique<CompletionStream>(engine_, std::move(call), metrics_);
+    stream->set_arrival(arrival, timing);
     uint64_t id = ++next_task_id_;
     auto on_end = [this, endpoint, id](int status) {
         metrics_.request_finished(endpoint, status);

@@ -7,6 +7,7 @@
 #include "server/asio.h"
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,10 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+
+namespace deepinfer::cluster::pd {
+class UcxChannel;
+}
 
 namespace deepinfer::server {
 
@@ -40,6 +45,14 @@ private:
     std::optional<HttpResponse> check_head(const HttpRequest& head);
     void handle_completion(const std::shared_ptr<Exchange>& ex, bool chat);
     void start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat);
+    void submit_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                           std::chrono::steady_clock::time_point arrival, PdTiming timing = {});
+    // Prefill/decode disaggregation (openai_server_pd.cc).
+    void start_ucx();
+    void handle_prefill(const std::shared_ptr<Exchange>& ex);
+    std::string prefill_instance_for(const HttpRequest& req) const;
+    void prefill_then_submit(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, CompletionCall call,
+                             const std::string& prefill, std::chrono::steady_clock::time_point arrival);
     void handle_tokenizer(const std::shared_ptr<Exchange>& ex, bool encode);
     void reply(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, int status, const nlohmann::json& body);
     void reply_error(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, const ApiError& e);
@@ -55,6 +68,9 @@ private:
     std::mutex tasks_mutex_;
     std::unordered_map<uint64_t, std::shared_ptr<CompletionTask>> tasks_;
     std::atomic<uint64_t> next_task_id_{0};
+    // Prefill/decode state over UCX (null when UCX could not start: the state then travels in
+    // HTTP bodies).
+    std::unique_ptr<cluster::pd::UcxChannel> ucx_;
 };
 
 }  // namespace deepinfer::server

@@ -32,15 +32,17 @@ inline std::string nano_model_dir() { return std::string(DEEPINFER_SOURCE_DIR) +
 
 class ServeProcess {
 public:
-    // `args` after "serve"; `env` entries "NAME=value" added to the child's environment.
-    explicit ServeProcess(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    // `args` after "serve"; `env` entries "NAME=value" added to the child's environment. Another
+    // `command` ("router") starts that subcommand instead, on a free port as well.
+    explicit ServeProcess(std::vector<std::string> args, std::vector<std::string> env = {}, std::string command = "serve") {
         int out[2];
         if (pipe(out) != 0) return;
         pid_ = fork();
         if (pid_ == 0) {
             dup2(out[1], STDOUT_FILENO);
             for (auto& e : env) putenv(e.data());
-            std::vector<std::string> all = {serve_binary(), "serve", "--port", "0", "--threads", "2"};
+            std::vector<std::string> all = {serve_binary(), command, "--port", "0"};
+            if (command == "serve") all.insert(all.end(), {"--threads", "2"});
             all.insert(all.end(), args.begin(), args.end());
             std::vector<char*> argv;
             for (auto& a : all) argv.push_back(a.data());

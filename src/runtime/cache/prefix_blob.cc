@@ -86,6 +86,7 @@ int64_t blob_bytes(const std::byte* blob) {
 
 bool blob_has_carries(const std::byte* blob) { return read_header(blob).has_carries != 0; }
 PrefixKey blob_parent(const std::byte* blob) { return read_header(blob).parent; }
+PrefixKey blob_key(const std::byte* blob) { return read_header(blob).key; }
 
 std::span<const int32_t> blob_tokens(const std::byte* blob) {
     return {reinterpret_cast<const int32_t*>(blob + sizeof(Header)), static_cast<size_t>(read_header(blob).span_tokens)};

@@ -43,6 +43,7 @@ int64_t seal_blob(std::byte* blob, const BlobLayout& layout);
 int64_t blob_bytes(const std::byte* blob);
 bool blob_has_carries(const std::byte* blob);
 PrefixKey blob_parent(const std::byte* blob);
+PrefixKey blob_key(const std::byte* blob);
 std::span<const int32_t> blob_tokens(const std::byte* blob);
 // Empty when `blob` is a sealed, intact entry of `key` in this namespace and layout; else what is
 // wrong with it (truncated, a checksum mismatch, another key or layout).

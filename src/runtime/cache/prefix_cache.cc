@@ -20,7 +20,7 @@ PrefixCache::PrefixCache(const PrefixCacheConfig& config, int replay_tokens, uin
     DI_CHECK(geometry_.span_tokens > 0, "prefix cache: the cache layout has no block-aligned spans");
     for (int s = geometry_.carry_slots - 1; s >= 0; --s) free_carry_slots_.push_back(s);
     // Reads from the disk or the remote store land in host slots: a few even without a host tier.
-    int64_t slots = config.host_bytes / layout_.max_bytes();
+    int64_t slots = std::max<int64_t>(config.host_bytes / layout_.max_bytes(), config.staging_spans);
     bool below = !config.disk_dir.empty() || !config.remote_url.empty();
     if (below) slots = std::max<int64_t>(slots, 16);
     if (slots > 0) host_ = std::make_unique<HostSlots>(backend, layout_.max_bytes(), slots);
@@ -39,12 +39,16 @@ PrefixCache::PrefixCache(const PrefixCacheConfig& config, int replay_tokens, uin
 PrefixCache::~PrefixCache() = default;
 
 std::vector<PrefixKey> PrefixCache::chain_keys(const Sequence& s) const {
+    return chain_keys(std::span<const int32_t>(s.tokens.data(), static_cast<size_t>(s.prompt_len)));
+}
+
+std::vector<PrefixKey> PrefixCache::chain_keys(std::span<const int32_t> prompt) const {
     // The prompt's last position is always computed (it gives the first token's logits).
-    int64_t spans = (s.prompt_len - 1) / geometry_.span_tokens;
+    int64_t spans = (static_cast<int64_t>(prompt.size()) - 1) / geometry_.span_tokens;
     std::vector<PrefixKey> keys;
     PrefixKey parent;
     for (int64_t i = 0; i < spans; ++i) {
-        std::span<const int32_t> tokens(s.tokens.data() + i * geometry_.span_tokens, geometry_.span_tokens);
+        std::span<const int32_t> tokens(prompt.data() + i * geometry_.span_tokens, geometry_.span_tokens);
         keys.push_back(parent = chain_key(namespace_, parent, tokens));
     }
     return keys;

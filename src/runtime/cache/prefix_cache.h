@@ -15,6 +15,7 @@
 //
 // Engine thread only (the disk and remote tiers have threads of their own).
 #include <chrono>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,6 +23,7 @@
 
 #include "deepinfer/config.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/prefix_spans.h"
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "runtime/cache/blob_tier.h"
@@ -73,6 +75,28 @@ public:
     // remote tiers (when there are some), waiting at most `timeout_ms` for them.
     void write_back_all(int timeout_ms);
     PrefixCacheStats stats() const;
+    // Copies queued for a step that has not been launched yet (run_pending_transfers() runs them
+    // when no step is in flight and none is planned).
+    bool has_pending_transfers() const { return !pending_.transfers.empty(); }
+    void run_pending_transfers();
+
+    // --- disaggregation (prefix_cache_transfer.cc) ------------------------------------------
+    // Hands the prompt's spans to `sink`, in order, as they reach the index (computed by the
+    // request, or found cached) and have a host copy. Returns the export's id.
+    uint64_t start_export(std::span<const int32_t> prompt, std::shared_ptr<PrefixSpanSink> sink);
+    // The request computing the export's spans finished: spans not indexed by now never come.
+    void end_export_producer(uint64_t id);
+    // Moves exports on: ready host copies go to their sinks, device spans get a host copy queued.
+    void pump_exports();
+    bool exporting() const { return !exports_.empty(); }
+    // Shutdown: every export ends with what it handed out.
+    void end_exports();
+    // Any thread: empty when `blob` is a sealed span of this cache's namespace and layout whose key
+    // matches its parent and tokens; else what is wrong with it.
+    std::string check_import(std::span<const std::byte> blob) const;
+    // A checked span joins the host tier (its parent must be in the index, or it starts a
+    // prompt). False when it cannot be held.
+    bool import_span(std::span<const std::byte> blob);
 
 private:
     struct Lookup {
@@ -81,6 +105,7 @@ private:
         std::chrono::steady_clock::time_point deadline;
     };
     std::vector<PrefixKey> chain_keys(const Sequence& s) const;
+    std::vector<PrefixKey> chain_keys(std::span<const int32_t> prompt) const;
     bool has_carries(const PrefixNode& n) const;
     bool usable(const PrefixNode& n) const;
     bool host_usable(const PrefixNode& n) const;
@@ -122,9 +147,22 @@ private:
         std::vector<int> freed_carry_slots;  // reusable once the copies out of them ran
     };
     Pending pending_, inflight_;
+    // Disaggregation: spans on their way out to sinks.
+    struct Export {
+        std::vector<PrefixKey> keys;  // the prompt's spans, in order
+        size_t next = 0;              // the first not handed out yet
+        std::shared_ptr<PrefixSpanSink> sink;
+        bool producer_done = false;
+        std::chrono::steady_clock::time_point stalled_since{};
+    };
+    bool pump_export(Export& e);  // true once the export is finished
+    void emit_span(Export& e, const PrefixNode& n);
+    std::map<uint64_t, Export> exports_;
+    uint64_t next_export_ = 0;
     // Statistics.
     std::array<PrefixCacheTierStats, kPrefixTiers> tiers_;
     int64_t lookup_tokens_ = 0, hit_tokens_ = 0;
+    int64_t exported_spans_ = 0, imported_spans_ = 0, rejected_imports_ = 0;
 };
 
 }  // namespace deepinfer::runtime

@@ -270,6 +270,9 @@ PrefixCacheStats PrefixCache::stats() const {
     s.replay_tokens = replay_tokens_;
     s.lookup_tokens = lookup_tokens_;
     s.hit_tokens = hit_tokens_;
+    s.exported_spans = exported_spans_;
+    s.imported_spans = imported_spans_;
+    s.rejected_imports = rejected_imports_;
     PrefixIndex& index = const_cast<PrefixIndex&>(index_);
     PrefixCacheTierStats device = tiers_[0];
     device.entries = index.count(PrefixTier::kDevice);
