@@ -25,7 +25,15 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     cmd->add_option("--output-len", o.output_len, "generated tokens per request")->check(CLI::PositiveNumber);
     cmd->add_option("--concurrency", o.concurrency, "requests in flight (default: all at once)")->check(CLI::PositiveNumber);
     cmd->add_option("--seed", o.seed, "prompt and sampling seed");
-    cmd->add_option("--temperature", o.temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+    SamplingParams& p = o.sampling;
+    cmd->add_option("--temperature", p.temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", p.top_k, "0 = off");
+    cmd->add_option("--top-p", p.top_p, "1 = off");
+    cmd->add_option("--min-p", p.min_p, "0 = off");
+    cmd->add_option("--repetition-penalty", p.repetition_penalty);
+    cmd->add_option("--presence-penalty", p.presence_penalty);
+    cmd->add_option("--frequency-penalty", p.frequency_penalty);
+    cmd->add_option("--logprobs", p.logprobs, "-1 = none; N = the chosen token's and the top N");
     cmd->add_flag("--json", o.json, "print one JSON object");
     add_engine_options(cmd, o.engine);
 }
@@ -46,10 +54,10 @@ double percentile(std::vector<double> v, double q) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-Timing run_request(Engine& engine, std::vector<int32_t> prompt, int output_len, uint64_t seed, float temperature) {
+Timing run_request(Engine& engine, std::vector<int32_t> prompt, int output_len, uint64_t seed, const SamplingParams& sampling) {
     GenerationRequest r;
     r.prompt_tokens = std::move(prompt);
-    r.sampling.temperature = temperature;
+    r.sampling = sampling;
     r.sampling.max_tokens = output_len;
     r.sampling.ignore_eos = true;
     r.sampling.seed = seed;
@@ -92,6 +100,7 @@ nlohmann::json prefix_cache_json(const PrefixCacheStats& p) {
 
 int run_bench(BenchOptions& o, const std::string& log_level) {
     auto engine = Engine::create(finish_engine_config(o.engine, log_level));
+    if (std::string bad = o.sampling.validate(engine->vocab_size()); !bad.empty()) throw Error("bench: " + bad);
     std::mt19937_64 rng(o.seed);
     std::vector<std::vector<int32_t>> prompts(o.num_prompts);
     for (auto& p : prompts)
@@ -107,7 +116,7 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
     for (int c = 0; c < concurrency; ++c)
         clients.emplace_back([&] {
             for (int i; (i = next++) < o.num_prompts;) {
-                timings[i] = run_request(*engine, prompts[i], o.output_len, o.seed + i, o.temperature);
+                timings[i] = run_request(*engine, prompts[i], o.output_len, o.seed + i, o.sampling);
                 tokens += timings[i].output_tokens;
                 int d = ++done;
                 if (!o.json) {
@@ -135,7 +144,11 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
     EngineStats st = engine->stats();
     nlohmann::json j = {
         {"model", engine->model_name()}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
-        {"output_len", o.output_len}, {"concurrency", concurrency}, {"temperature", o.temperature}, {"failed", failed}, {"duration_s", secs},
+        {"output_len", o.output_len}, {"concurrency", concurrency}, {"temperature", o.sampling.temperature},
+        {"sampling", {{"top_k", o.sampling.top_k}, {"top_p", o.sampling.top_p}, {"min_p", o.sampling.min_p},
+                      {"repetition_penalty", o.sampling.repetition_penalty}, {"presence_penalty", o.sampling.presence_penalty},
+                      {"frequency_penalty", o.sampling.frequency_penalty}, {"logprobs", o.sampling.logprobs}}},
+        {"failed", failed}, {"duration_s", secs},
         {"requests_per_s", (o.num_prompts - failed) / secs}, {"input_tokens_per_s", in_tokens / secs},
         {"output_tokens_per_s", out_tokens / secs},
         {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.9)}, {"p99", percentile(ttft, 0.99)}}},

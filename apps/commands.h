@@ -32,7 +32,7 @@ int run_generate(GenerateOptions& opts, const std::string& log_level);
 struct BenchOptions {
     int num_prompts = 64, input_len = 128, output_len = 64, concurrency = 0;
     uint64_t seed = 0;
-    float temperature = 1.0f;
+    SamplingParams sampling;  // temperature, filters, penalties, logprobs of every request
     bool json = false;
     EngineFlags engine;
 };

@@ -110,7 +110,9 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
     start_prefix_cache();
     if (!config.trace_path.empty()) trace_.enable();
-    executor_ = std::make_unique<StepExecutor>(*model_, *cache_, &trace_);
+    // A step samples at most one row per sequence resident in the cache.
+    penalty_slots_ = std::make_unique<PenaltySlots>(cache_->max_seqs());
+    executor_ = std::make_unique<StepExecutor>(*model_, *cache_, &trace_, cache_->max_seqs());
     spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
                  model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);
     for (const auto& [kind, bytes] : cache_->bytes_by_kind()) spdlog::info("engine: cache {}: {:.1f} MiB", kind, bytes / 1048576.0);

@@ -1,11 +1,12 @@
 #include "runtime/step_executor.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace deepinfer::runtime {
 
-StepExecutor::StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace)
-    : model_(model), cache_(cache), trace_(trace), thread_([this] { loop(); }) {}
+StepExecutor::StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace, int penalty_slots)
+    : model_(model), cache_(cache), trace_(trace), penalty_slots_(penalty_slots), thread_([this] { loop(); }) {}
 
 StepExecutor::~StepExecutor() {
     {
@@ -16,11 +17,10 @@ StepExecutor::~StepExecutor() {
     thread_.join();
 }
 
-void StepExecutor::launch(model::Batch batch, bool want_logits, bool want_argmax) {
+void StepExecutor::launch(model::Batch batch, SampleJob job) {
     std::lock_guard<std::mutex> lock(mutex_);
     batch_ = std::move(batch);
-    want_logits_ = want_logits;
-    want_argmax_ = want_argmax;
+    job_ = std::move(job);
     has_job_ = true;
     done_ = false;
     cv_.notify_all();
@@ -42,7 +42,7 @@ void StepExecutor::loop() {
         if (stop_) return;
         has_job_ = false;
         model::Batch batch = std::move(batch_);
-        bool want_logits = want_logits_, want_argmax = want_argmax_;
+        SampleJob job = std::move(job_);
         lock.unlock();
         StepOutput out;
         std::exception_ptr error;
@@ -53,18 +53,7 @@ void StepExecutor::loop() {
                                           trace_->enabled() ? nlohmann::json{{"tokens", batch.token_ids.size()}, {"rows", batch.logit_rows.size()}} : nullptr);
                 logits = model_.forward(batch, cache_);
             }
-            TraceRecorder::Scope span(trace_, "download");
-            kernels::Backend& backend = model_.backend();
-            if (want_argmax && logits.numel() > 0) {
-                Tensor ids = backend.empty(DType::kI32, {logits.numel() / logits.dim(-1)});
-                backend.argmax_rows(logits, ids);
-                out.argmax.resize(static_cast<size_t>(ids.numel()));
-                backend.download(ids, out.argmax.data());
-            }
-            if (want_logits) {
-                out.logits.resize(static_cast<size_t>(logits.numel()));
-                backend.download(logits, out.logits.data());
-            }
+            if (!job.rows.empty()) out = sample(logits, job);
         } catch (...) {
             error = std::current_exception();
         }
@@ -74,6 +63,43 @@ void StepExecutor::loop() {
         done_ = true;
         cv_.notify_all();
     }
+}
+
+// Samples every logit row on the backend; only the tokens (and asked-for logprobs) come back.
+StepOutput StepExecutor::sample(const Tensor& logits, const SampleJob& job) {
+    TraceRecorder::Scope span(trace_, "sample", trace_->enabled() ? nlohmann::json{{"rows", job.rows.size()}} : nullptr);
+    kernels::Backend& backend = model_.backend();
+    int64_t rows = static_cast<int64_t>(job.rows.size());
+    for (const PenaltyReset& r : job.resets) {
+        if (!penalty_state_.defined()) penalty_state_ = backend.zeros(DType::kI32, {penalty_slots_, logits.dim(-1)});
+        backend.reset_penalties(penalty_state_, r.slot, r.prompt, r.output);
+    }
+    StepOutput out;
+    bool logprobs = false;
+    for (const kernels::SampleRow& row : job.rows) {
+        logprobs = logprobs || row.logprobs >= 0;
+        out.top_width = std::max(out.top_width, row.logprobs);
+    }
+    kernels::SampleArgs args{logits, job.rows, job.bias, penalty_state_, backend.empty(DType::kI32, {rows})};
+    if (logprobs) args.logprobs = backend.empty(DType::kF32, {rows});
+    if (out.top_width > 0) {
+        args.top_tokens = backend.empty(DType::kI32, {rows, out.top_width});
+        args.top_logprobs = backend.empty(DType::kF32, {rows, out.top_width});
+    }
+    backend.sample_rows(args);
+    out.tokens.resize(static_cast<size_t>(rows));
+    backend.download(args.tokens, out.tokens.data());
+    if (logprobs) {
+        out.logprobs.resize(static_cast<size_t>(rows));
+        backend.download(args.logprobs, out.logprobs.data());
+    }
+    if (out.top_width > 0) {
+        out.top_tokens.resize(static_cast<size_t>(args.top_tokens.numel()));
+        out.top_logprobs.resize(out.top_tokens.size());
+        backend.download(args.top_tokens, out.top_tokens.data());
+        backend.download(args.top_logprobs, out.top_logprobs.data());
+    }
+    return out;
 }
 
 }  // namespace deepinfer::runtime

@@ -13,26 +13,44 @@
 
 namespace deepinfer::runtime {
 
-// What a step brings back to the host: the logit rows when some row is sampled on the host,
-// each row's argmax (computed where the logits are) when some row is greedy.
+// A step's sampling, one row per logit row (kernels::Backend::sample_rows): the rows'
+// parameters and logit biases, and the penalty-state rows whose history is (re)written first.
+struct PenaltyReset {
+    int32_t slot = 0;
+    std::vector<int32_t> prompt, output;
+};
+
+struct SampleJob {
+    std::vector<kernels::SampleRow> rows;
+    std::vector<kernels::LogitBias> bias;
+    std::vector<PenaltyReset> resets;
+};
+
+// What a step brings back to the host: each logit row's token, sampled where the logits are, and
+// the logprobs its row asked for. Nothing that grows with the vocabulary.
 struct StepOutput {
-    std::vector<float> logits;   // [rows * vocab] or empty
-    std::vector<int32_t> argmax; // [rows] or empty
+    std::vector<int32_t> tokens;        // [rows]
+    std::vector<float> logprobs;        // [rows] when some row asks for logprobs, else empty
+    std::vector<int32_t> top_tokens;    // [rows, top_width], best first
+    std::vector<float> top_logprobs;    // [rows, top_width]
+    int top_width = 0;                  // the most top logprobs a row asks for
 };
 
 class StepExecutor {
 public:
-    // `trace` (may be disabled, not null) records each step's forward and download.
-    StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace);
+    // `trace` (may be disabled, not null) records each step's forward and sampling;
+    // `penalty_slots` rows of penalty state are allocated when a job first needs them.
+    StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace, int penalty_slots);
     ~StepExecutor();
 
-    // Starts `batch`; what it asks for comes back from wait().
-    void launch(model::Batch batch, bool want_logits, bool want_argmax);
+    // Starts `batch`, then samples its logit rows as `job` says; the tokens come back from wait().
+    void launch(model::Batch batch, SampleJob job);
     // Blocks until the step in flight is done. Rethrows a failure of the step.
     StepOutput wait();
 
 private:
     void loop();
+    StepOutput sample(const Tensor& logits, const SampleJob& job);
 
     model::CausalLm& model_;
     model::SequenceCache& cache_;
@@ -40,7 +58,9 @@ private:
     std::mutex mutex_;
     std::condition_variable cv_;
     model::Batch batch_;
-    bool want_logits_ = true, want_argmax_ = false;
+    SampleJob job_;
+    int penalty_slots_;
+    Tensor penalty_state_;  // [penalty_slots_, vocab] int32 on the device, once a job needs it
     StepOutput output_;
     std::exception_ptr error_;
     bool has_job_ = false, done_ = false, stop_ = false;
