@@ -1,14 +1,17 @@
 #include "runtime/penalty_slots.h"
 
 #include "base/error.h"
+#include "runtime/sequence.h"
 
 namespace deepinfer::runtime {
 
 int PenaltySlots::acquire(const Sequence* seq, uint64_t step, bool& fresh) {
     auto it = slot_of_.find(seq);
     if (it != slot_of_.end()) {
-        slots_[it->second].last_step = step;
-        fresh = false;
+        Slot& slot = slots_[it->second];
+        slot.last_step = step;
+        fresh = slot.preemptions != seq->preemptions;
+        slot.preemptions = seq->preemptions;
         return it->second;
     }
     // A free row, else the one sampled longest ago (never one of this step).
@@ -23,7 +26,7 @@ int PenaltySlots::acquire(const Sequence* seq, uint64_t step, bool& fresh) {
     DI_CHECK(pick >= 0 && (slots_[pick].owner == nullptr || slots_[pick].last_step < step),
              "penalty state: more sequences with penalties in one step than its {} rows", slots_.size());
     if (slots_[pick].owner != nullptr) slot_of_.erase(slots_[pick].owner);
-    slots_[pick] = {seq, step};
+    slots_[pick] = {seq, step, seq->preemptions};
     slot_of_[seq] = pick;
     fresh = true;
     return pick;

@@ -3,8 +3,10 @@
 // forward of prompt + output on the same device gives every position's logits, and
 // runtime::sample_token on each row, with the sequence's seed, the token's position and the
 // history before it, must choose the engine's token; the logprobs agree. Every parameter and
-// combinations of them, n > 1, in a cache small enough to preempt and with fewer penalty rows than
-// sequences that need one (rows are taken over and rewritten from the history).
+// combinations of them, n > 1, in a cache small enough to preempt sequences in the middle of their
+// output, whose penalty rows are then rewritten from their tokens (a rewrite that dropped the
+// output counts fails here: checked by breaking it on purpose), with more sequences that need a
+// penalty row than there are rows.
 #include <gtest/gtest.h>
 
 #include "deepinfer/engine.h"
@@ -97,7 +99,7 @@ TEST(EngineSampling, DeviceTokensEqualTheHostSamplerReplay) {
     c.model.threads = 2;
     c.model.device = test::device();
     c.cache.memory_bytes = 200 << 10;  // a few sequences' entries: preemption and recompute
-    c.cache.max_sequences = 4;         // also the penalty state's rows, fewer than the sequences with penalties
+    c.cache.max_sequences = 4;         // also the penalty state's rows
     c.cache.block_size = 4;
     c.scheduler.max_batch_tokens = 48;
     auto engine = Engine::create(c);
@@ -107,7 +109,7 @@ TEST(EngineSampling, DeviceTokensEqualTheHostSamplerReplay) {
     for (int k = 0; k < 2 * static_cast<int>(sets.size()); ++k) {  // each set twice: more sequences than rows
         GenerationRequest r;
         r.sampling = sets[k % sets.size()];
-        r.sampling.max_tokens = 24;
+        r.sampling.max_tokens = 40;
         r.sampling.ignore_eos = true;
         r.sampling.seed = 1000 + 17 * k;
         for (int t = 0; t < 9 + 11 * (k % 7); ++t) r.prompt_tokens.push_back((37 * t + 101 * k + 5) % 1024);

@@ -143,8 +143,9 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
     EXPECT_EQ(out.top[1].token, 0);
 }
 
-// Rows of penalty state: a sequence keeps its row; a new one takes a free row, else the row
-// sampled longest ago, never one of the current step; a released row is free again.
+// Rows of penalty state: a sequence keeps its row (rewritten after a preemption); a new one takes
+// a free row, else the row sampled longest ago, never one of the current step; a released row is
+// free again.
 TEST(PenaltySlots, KeepsRowsAndTakesOverTheLeastRecentlySampled) {
     std::vector<Sequence> seqs(4);
     PenaltySlots slots(2);
@@ -164,11 +165,16 @@ TEST(PenaltySlots, KeepsRowsAndTakesOverTheLeastRecentlySampled) {
     EXPECT_TRUE(fresh);
     EXPECT_EQ(slots.acquire(&seqs[1], 5, fresh), a);          // its history is written again
     EXPECT_TRUE(fresh);
+    ++seqs[2].preemptions;  // its history is written again when it next samples
+    EXPECT_EQ(slots.acquire(&seqs[2], 5, fresh), b);
+    EXPECT_TRUE(fresh);
+    EXPECT_EQ(slots.acquire(&seqs[2], 6, fresh), b);
+    EXPECT_FALSE(fresh);
     slots.release(&seqs[2]);
-    EXPECT_EQ(slots.acquire(&seqs[3], 5, fresh), b);
+    EXPECT_EQ(slots.acquire(&seqs[3], 7, fresh), b);
     EXPECT_TRUE(fresh);
     slots.release_all();
-    EXPECT_EQ(slots.acquire(&seqs[1], 6, fresh), 0);
+    EXPECT_EQ(slots.acquire(&seqs[1], 8, fresh), 0);
     EXPECT_TRUE(fresh);
 }
 
