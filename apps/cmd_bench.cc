@@ -1,6 +1,10 @@
 // `deepinfer bench`: offline throughput. N requests of random prompt tokens (fixed input and output
 // lengths, EOS ignored) kept at a given concurrency; prints requests/s, input and output tokens/s,
-// and TTFT / TPOT percentiles (--json for machines).
+// and TTFT / TPOT percentiles (--json for machines). With --json-schema / --regex / --grammar it
+// runs two passes in one process after a short warm-up: constrained, then unconstrained with each
+// request generating exactly as many tokens as its constrained twin did (a grammar's end stops a
+// sequence even with EOS ignored), on fresh prompts of the same length (no prefix-cache hits
+// between passes), and reports both and the ratio of their output throughputs.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,17 +29,10 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     cmd->add_option("--output-len", o.output_len, "generated tokens per request")->check(CLI::PositiveNumber);
     cmd->add_option("--concurrency", o.concurrency, "requests in flight (default: all at once)")->check(CLI::PositiveNumber);
     cmd->add_option("--seed", o.seed, "prompt and sampling seed");
-    SamplingParams& p = o.sampling;
-    cmd->add_option("--temperature", p.temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", p.top_k, "0 = off");
-    cmd->add_option("--top-p", p.top_p, "1 = off");
-    cmd->add_option("--min-p", p.min_p, "0 = off");
-    cmd->add_option("--repetition-penalty", p.repetition_penalty);
-    cmd->add_option("--presence-penalty", p.presence_penalty);
-    cmd->add_option("--frequency-penalty", p.frequency_penalty);
-    cmd->add_option("--logprobs", p.logprobs, "-1 = none; N = the chosen token's and the top N");
+    cmd->add_option("--temperature", o.temperature, "sampling temperature (0 = greedy, chosen on the device)")->check(CLI::NonNegativeNumber);
     cmd->add_flag("--json", o.json, "print one JSON object");
     add_engine_options(cmd, o.engine);
+    add_grammar_options(cmd, o.grammar);
 }
 
 namespace {
@@ -54,13 +51,15 @@ double percentile(std::vector<double> v, double q) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-Timing run_request(Engine& engine, std::vector<int32_t> prompt, int output_len, uint64_t seed, const SamplingParams& sampling) {
+Timing run_request(Engine& engine, std::vector<int32_t> prompt, const BenchOptions& o, int output_len, uint64_t seed,
+                   const GrammarSpec& grammar) {
     GenerationRequest r;
     r.prompt_tokens = std::move(prompt);
-    r.sampling = sampling;
     r.sampling.max_tokens = output_len;
     r.sampling.ignore_eos = true;
     r.sampling.seed = seed;
+    r.sampling.temperature = o.temperature;
+    r.grammar = grammar;
     Timing t;
     auto start = Clock::now();
     auto stream = engine.submit(std::move(r));
@@ -96,30 +95,27 @@ nlohmann::json prefix_cache_json(const PrefixCacheStats& p) {
             {"hit_rate", p.lookup_tokens > 0 ? static_cast<double>(p.hit_tokens) / p.lookup_tokens : 0.0}, {"tiers", tiers}};
 }
 
-}  // namespace
-
-int run_bench(BenchOptions& o, const std::string& log_level) {
-    auto engine = Engine::create(finish_engine_config(o.engine, log_level));
-    if (std::string bad = o.sampling.validate(engine->vocab_size()); !bad.empty()) throw Error("bench: " + bad);
-    std::mt19937_64 rng(o.seed);
-    std::vector<std::vector<int32_t>> prompts(o.num_prompts);
-    for (auto& p : prompts)
-        for (int i = 0; i < o.input_len; ++i) p.push_back(static_cast<int32_t>(rng() % engine->vocab_size()));
-    int concurrency = o.concurrency > 0 ? std::min(o.concurrency, o.num_prompts) : o.num_prompts;
-    std::vector<Timing> timings(o.num_prompts);
+// One pass over the prompts at the configured concurrency.
+nlohmann::json run_pass(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, const BenchOptions& o,
+                        std::vector<int>& output_lens, const GrammarSpec& grammar, bool progress) {
+    int num = static_cast<int>(prompts.size());
+    int concurrency = o.concurrency > 0 ? std::min(o.concurrency, num) : num;
+    std::vector<Timing> timings(num);
     std::atomic<int> next{0}, done{0};
     std::atomic<int64_t> tokens{0};
-    ProgressBar bar(o.num_prompts, "requests");
+    ProgressBar bar(num, grammar.active() ? "constrained" : "requests");
     std::mutex bar_mutex;
+    EngineStats before = engine.stats();
     auto start = Clock::now();
     std::vector<std::thread> clients;
     for (int c = 0; c < concurrency; ++c)
         clients.emplace_back([&] {
-            for (int i; (i = next++) < o.num_prompts;) {
-                timings[i] = run_request(*engine, prompts[i], o.output_len, o.seed + i, o.sampling);
+            for (int i; (i = next++) < num;) {
+                timings[i] = run_request(engine, prompts[i], o, output_lens[i], o.seed + i, grammar);
+                output_lens[i] = std::max(1, timings[i].output_tokens);
                 tokens += timings[i].output_tokens;
                 int d = ++done;
-                if (!o.json) {
+                if (progress) {
                     std::lock_guard<std::mutex> lock(bar_mutex);
                     bar.update(d, tokens);
                 }
@@ -127,8 +123,7 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
         });
     for (auto& t : clients) t.join();
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!o.json) bar.finish();
-
+    if (progress) bar.finish();
     std::vector<double> ttft, tpot;
     int64_t in_tokens = 0, out_tokens = 0, failed = 0;
     for (const auto& t : timings) {
@@ -141,33 +136,75 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
         in_tokens += t.prompt_tokens;
         out_tokens += t.output_tokens;
     }
-    EngineStats st = engine->stats();
-    nlohmann::json j = {
-        {"model", engine->model_name()}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
-        {"output_len", o.output_len}, {"concurrency", concurrency}, {"temperature", o.sampling.temperature},
-        {"sampling", {{"top_k", o.sampling.top_k}, {"top_p", o.sampling.top_p}, {"min_p", o.sampling.min_p},
-                      {"repetition_penalty", o.sampling.repetition_penalty}, {"presence_penalty", o.sampling.presence_penalty},
-                      {"frequency_penalty", o.sampling.frequency_penalty}, {"logprobs", o.sampling.logprobs}}},
-        {"failed", failed}, {"duration_s", secs},
-        {"requests_per_s", (o.num_prompts - failed) / secs}, {"input_tokens_per_s", in_tokens / secs},
-        {"output_tokens_per_s", out_tokens / secs},
-        {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.9)}, {"p99", percentile(ttft, 0.99)}}},
-        {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p90", percentile(tpot, 0.9)}, {"p99", percentile(tpot, 0.99)}}},
-        {"engine_steps", st.steps}, {"preemptions", st.preemptions}, {"prefix_cache", prefix_cache_json(st.prefix_cache)}};
+    EngineStats st = engine.stats();
+    return {{"concurrency", concurrency}, {"failed", failed}, {"duration_s", secs}, {"requests_per_s", (num - failed) / secs},
+            {"input_tokens_per_s", in_tokens / secs}, {"output_tokens_per_s", out_tokens / secs}, {"output_tokens", out_tokens},
+            {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.9)}, {"p99", percentile(ttft, 0.99)}}},
+            {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p90", percentile(tpot, 0.9)}, {"p99", percentile(tpot, 0.99)}}},
+            {"engine_steps", st.steps - before.steps}, {"preemptions", st.preemptions - before.preemptions},
+            {"grammar_masks", st.grammar_masks - before.grammar_masks},
+            {"grammar_late_masks", st.grammar_late_masks - before.grammar_late_masks}};
+}
+
+void print_pass(const char* title, const nlohmann::json& j, int num_prompts) {
+    std::printf("%srequests: %d (failed %ld) at concurrency %d in %.2f s\n", title, num_prompts, j["failed"].get<long>(),
+                j["concurrency"].get<int>(), j["duration_s"].get<double>());
+    std::printf("throughput: %.2f requests/s, %.1f input tokens/s, %.1f output tokens/s\n", j["requests_per_s"].get<double>(),
+                j["input_tokens_per_s"].get<double>(), j["output_tokens_per_s"].get<double>());
+    std::printf("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", j["ttft_ms"]["p50"].get<double>(), j["ttft_ms"]["p90"].get<double>(),
+                j["ttft_ms"]["p99"].get<double>());
+    std::printf("TPOT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", j["tpot_ms"]["p50"].get<double>(), j["tpot_ms"]["p90"].get<double>(),
+                j["tpot_ms"]["p99"].get<double>());
+    std::printf("engine: %ld steps, %ld preemptions\n", j["engine_steps"].get<long>(), j["preemptions"].get<long>());
+    if (j["grammar_masks"].get<long>() > 0)
+        std::printf("grammar: %ld token masks, %ld late (past the step's deadline)\n", j["grammar_masks"].get<long>(),
+                    j["grammar_late_masks"].get<long>());
+}
+
+}  // namespace
+
+int run_bench(BenchOptions& o, const std::string& log_level) {
+    GrammarSpec grammar = o.grammar.finish();
+    auto engine = Engine::create(finish_engine_config(o.engine, log_level));
+    if (grammar.active()) {
+        std::string bad = engine->check_grammar(grammar);
+        DI_CHECK(bad.empty(), "the grammar: {}", bad);
+    }
+    std::mt19937_64 rng(o.seed);
+    auto random_prompts = [&] {
+        std::vector<std::vector<int32_t>> prompts(o.num_prompts);
+        for (auto& p : prompts)
+            for (int i = 0; i < o.input_len; ++i) p.push_back(static_cast<int32_t>(rng() % engine->vocab_size()));
+        return prompts;
+    };
+    std::vector<int> lens(o.num_prompts, o.output_len);
+    nlohmann::json j = {{"model", engine->model_name()}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
+                        {"output_len", o.output_len}, {"temperature", o.temperature}};
+    if (grammar.active()) {  // both passes after the same warm-up (allocations, device graphs)
+        std::vector<int> warm(o.num_prompts, std::min(o.output_len, 8));
+        run_pass(*engine, random_prompts(), o, warm, GrammarSpec{}, false);
+        nlohmann::json constrained = run_pass(*engine, random_prompts(), o, lens, grammar, !o.json);
+        nlohmann::json free = run_pass(*engine, random_prompts(), o, lens, GrammarSpec{}, !o.json);
+        j["unconstrained"] = free;
+        j["constrained"] = constrained;
+        j["constrained_vs_unconstrained"] = constrained["output_tokens_per_s"].get<double>() / free["output_tokens_per_s"].get<double>();
+    } else {
+        j.update(run_pass(*engine, random_prompts(), o, lens, GrammarSpec{}, !o.json));
+    }
+    j["prefix_cache"] = prefix_cache_json(engine->stats().prefix_cache);
     if (o.json) {
         std::cout << j.dump() << "\n";
+    } else if (grammar.active()) {
+        print_pass("constrained: ", j["constrained"], o.num_prompts);
+        print_pass("unconstrained (same output lengths): ", j["unconstrained"], o.num_prompts);
+        std::printf("constrained / unconstrained output throughput: %.3f\n", j["constrained_vs_unconstrained"].get<double>());
     } else {
-        std::printf("requests: %d (failed %ld) at concurrency %d in %.2f s\n", o.num_prompts, static_cast<long>(failed),
-                    concurrency, secs);
-        std::printf("throughput: %.2f requests/s, %.1f input tokens/s, %.1f output tokens/s\n",
-                    j["requests_per_s"].get<double>(), j["input_tokens_per_s"].get<double>(),
-                    j["output_tokens_per_s"].get<double>());
-        std::printf("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 0.5), percentile(ttft, 0.9), percentile(ttft, 0.99));
-        std::printf("TPOT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(tpot, 0.5), percentile(tpot, 0.9), percentile(tpot, 0.99));
-        std::printf("engine: %ld steps, %ld preemptions\n", static_cast<long>(st.steps), static_cast<long>(st.preemptions));
-        if (st.prefix_cache.enabled)
+        print_pass("", j, o.num_prompts);
+        if (j["prefix_cache"]["enabled"].get<bool>())
             std::printf("prefix cache: %.1f%% of prompt tokens reused\n", 100 * j["prefix_cache"]["hit_rate"].get<double>());
     }
+    bool failed = grammar.active() ? j["constrained"]["failed"].get<long>() + j["unconstrained"]["failed"].get<long>() > 0
+                                   : j["failed"].get<long>() > 0;
     return failed ? 1 : 0;
 }
 

@@ -1,7 +1,10 @@
 // `deepinfer generate`: one prompt streamed to stdout, or a JSONL file of prompts run as one batch
 // with a progress bar, results as JSONL in input order.
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +25,7 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
     cmd->add_option("--output", o.output_file, "JSONL results for --prompts (default: stdout)");
     add_engine_options(cmd, o.engine);
     add_sampling_options(cmd, o.sampling);
+    add_grammar_options(cmd, o.grammar);
 }
 
 namespace {
@@ -29,6 +33,10 @@ namespace {
 GenerationRequest request_from_json(const nlohmann::json& j, const SamplingParams& defaults, size_t line) {
     DI_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string(), "prompts line {}: needs a \"prompt\" string",
              line);
+    static const std::set<std::string> kKeys = {"prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stop"};
+    for (const auto& [key, value] : j.items())
+        DI_CHECK(kKeys.count(key), "prompts line {}: unknown field \"{}\" (known: prompt, max_tokens, temperature, top_p, "
+                 "top_k, seed, n, stop)", line, key);
     GenerationRequest r;
     r.prompt = j["prompt"].get<std::string>();
     r.sampling = defaults;
@@ -113,9 +121,16 @@ int run_generate(GenerateOptions& o, const std::string& log_level) {
         DI_CHECK(!o.prompt.empty(), "give --prompt TEXT or --prompts FILE.jsonl");
         requests.push_back({o.prompt, {}, sampling});
     }
+    GrammarSpec grammar = o.grammar.finish();
     auto engine = Engine::create(finish_engine_config(o.engine, log_level));
+    if (grammar.active()) {
+        std::string bad = engine->check_grammar(grammar);
+        DI_CHECK(bad.empty(), "{}: {}", o.grammar.json_schema_file.empty() ? (o.grammar.regex.empty() ? "--grammar" : "--regex") : "--json-schema", bad);
+        for (auto& r : requests) r.grammar = grammar;
+    }
     if (o.prompts_file.empty()) return stream_one(*engine, std::move(requests[0]));
 
+    auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (auto& r : requests) streams.push_back(engine->submit(r));
     std::ofstream file;
@@ -134,6 +149,9 @@ int run_generate(GenerateOptions& o, const std::string& log_level) {
         bar.update(static_cast<int64_t>(i + 1), tokens);
     }
     bar.finish();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "%zu requests, %ld output tokens in %.2f s (after loading): %.1f output tokens/s\n", requests.size(),
+                 static_cast<long>(tokens), secs, tokens / secs);
     return failed ? 1 : 0;
 }
 

@@ -25,6 +25,7 @@ struct GenerateOptions {
     std::string prompt, prompts_file, output_file;
     EngineFlags engine;
     SamplingFlags sampling;
+    GrammarFlags grammar;
 };
 void add_generate_command(CLI::App& app, GenerateOptions& opts);
 int run_generate(GenerateOptions& opts, const std::string& log_level);
@@ -32,9 +33,10 @@ int run_generate(GenerateOptions& opts, const std::string& log_level);
 struct BenchOptions {
     int num_prompts = 64, input_len = 128, output_len = 64, concurrency = 0;
     uint64_t seed = 0;
-    SamplingParams sampling;  // temperature, filters, penalties, logprobs of every request
+    float temperature = 1.0f;
     bool json = false;
     EngineFlags engine;
+    GrammarFlags grammar;  // given: an unconstrained and a constrained pass, compared
 };
 void add_bench_command(CLI::App& app, BenchOptions& opts);
 int run_bench(BenchOptions& opts, const std::string& log_level);

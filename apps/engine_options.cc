@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "base/error.h"
 
@@ -80,6 +82,14 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
                                                          "spans of block size x the largest compression rate)")
         ->check(CLI::PositiveNumber);
     add_prefix_cache_options(cmd, f);
+    cmd->add_option("--mask-threads", c.structured.mask_threads, "threads computing structured-output token masks "
+                                                                 "(default: a quarter of the cores, 1 to 8)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--grammar-cache", c.structured.compile_cache, "compiled structured-output grammars kept, by their text")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--mask-deadline-ms", c.structured.mask_deadline_ms,
+                    "how long a step waits past its logits for late token masks (their sequences sit out meanwhile)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--rollback-tokens", c.model.rollback_tokens,
                     "tokens a step may later roll back; --swa-replay-tokens must cover the window plus these")
         ->check(CLI::NonNegativeNumber);
@@ -120,6 +130,35 @@ void add_sampling_options(CLI::App* cmd, SamplingFlags& flags) {
     cmd->add_option("--n", p.n, "completions per prompt");
     cmd->add_option("--logprobs", p.logprobs, "log-probabilities of the chosen token and the top N");
     cmd->add_flag("--ignore-eos", p.ignore_eos, "keep generating past end-of-sequence tokens");
+}
+
+}  // namespace deepinfer::apps
+
+namespace deepinfer::apps {
+
+void add_grammar_options(CLI::App* cmd, GrammarFlags& f) {
+    auto* schema = cmd->add_option("--json-schema", f.json_schema_file, "constrain the output to JSON valid under this JSON Schema file")
+                       ->check(CLI::ExistingFile);
+    auto* regex = cmd->add_option("--regex", f.regex, "constrain the output to match this regular expression (whole)");
+    auto* ebnf = cmd->add_option("--grammar", f.grammar_file, "constrain the output to this EBNF grammar file (start rule root)")
+                     ->check(CLI::ExistingFile);
+    schema->excludes(regex)->excludes(ebnf);
+    regex->excludes(ebnf);
+    cmd->add_flag("--json-whitespace", f.flexible_whitespace, "with --json-schema: allow whitespace between JSON tokens");
+}
+
+GrammarSpec GrammarFlags::finish() const {
+    auto read = [](const std::string& path) {
+        std::ifstream in(path, std::ios::binary);
+        DI_CHECK(in.good(), "cannot read {}", path);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    GrammarSpec g;
+    g.flexible_whitespace = flexible_whitespace;
+    if (!json_schema_file.empty()) g.kind = GrammarSpec::Kind::kJsonSchema, g.text = read(json_schema_file);
+    else if (!regex.empty()) g.kind = GrammarSpec::Kind::kRegex, g.text = regex;
+    else if (!grammar_file.empty()) g.kind = GrammarSpec::Kind::kEbnf, g.text = read(grammar_file);
+    return g;
 }
 
 }  // namespace deepinfer::apps

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "deepinfer/config.h"
+#include "deepinfer/request.h"
 #include "deepinfer/sampling_params.h"
 
 namespace deepinfer::apps {
@@ -28,6 +29,15 @@ struct SamplingFlags {
     SamplingParams finish() const;
 };
 void add_sampling_options(CLI::App* cmd, SamplingFlags& flags);
+
+// Structured output: --json-schema FILE | --regex RE | --grammar FILE (EBNF).
+struct GrammarFlags {
+    std::string json_schema_file, regex, grammar_file;
+    bool flexible_whitespace = false;
+    // The spec (files read); kind kNone when no flag was given. Throws deepinfer::Error.
+    GrammarSpec finish() const;
+};
+void add_grammar_options(CLI::App* cmd, GrammarFlags& flags);
 
 // "2GiB", "512MiB", "1500000" -> bytes.
 int64_t parse_bytes(const std::string& text);

@@ -21,15 +21,19 @@ step() { echo "=== $* ===" | tee -a "$log"; }
 run() { timeout "$1" "${@:2}" 2>&1 | tee -a "$log" | tail -40; echo "rc=${PIPESTATUS[0]}" | tee -a "$log"; }
 
 step device; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$log"
+# SKIP_TESTS=1 goes straight to the benchmark of the mode (e.g. a second call on a warm machine).
+if [ -z "${SKIP_TESTS:-}" ]; then
 # Includes the device sampler against the reference and the host sampler (Backends/SamplingOps.*/cuda).
 step kernel ops vs reference; run 240 $bin/kernel_tests --gtest_filter='*cuda*'
 step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
 step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='Engine*'
+step structured output in the engine on CUDA: mask kernel, device argmax vs the host sampler
+DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='StructuredEngine*'
 step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 # Hits from the device pool, host memory (side-stream copies), the disk and Redis give the same
 # tokens and logprobs bit for bit as without the cache (the Redis cases skip without redis-server).
-# On CUDA the v4_tiny cases differ in the last bits (2026-12-03, H200: logprob differences ~1e-5):
+# On CUDA the v4_tiny cases (exactness, and the fault tests, which use v4_tiny) differ in the last bits (2026-12-03, H200: logprob differences ~1e-5):
 # the replayed rows run in other batch shapes, and the CUDA kernels are not batch-invariant yet
 # (issue 23); V4.1 and deepinfer-nano cases pass bit for bit.
 step prefix cache exactness and faults on CUDA
@@ -37,6 +41,7 @@ DEEPINFER_TEST_DEVICE=cuda run 300 $bin/prefix_cache_tests
 # Device sampling: the time to choose one token per 129,280-logit row and bring the ids back, next
 # to bringing the rows themselves back (what the host sampler needed).
 step device sampling benchmark; run 120 $bin/bench_sampling --device cuda --rows 1,8,64
+fi
 [ "${1:-}" = tests ] && exit 0
 # Benchmark checkpoints (make_random_v4 presets): gpu-5b (5.9B, small layers, 12 of them) and
 # flash-dims (8.7B, V4-Flash's layer sizes); PRESETS="..." picks some.

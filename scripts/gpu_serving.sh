@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Serving on the GPU (binaries built elsewhere into build-cuda/bin, their libraries in
 # .devcache/lib, as for gpu_run_cuda.sh): on a random flash-dims checkpoint (V4-Flash layer sizes),
+#  - `deepinfer generate --prompts` 64 prompts (about 128 tokens) x 256 output tokens, greedy and
+#    temperature 1 (its summary line: output tok/s after loading);
 #  - `deepinfer bench` greedy vs temperature 1, and with --trace (the trace's cost), at the
 #    concurrencies in CONCURRENCY (default "1 64"), 512 prompt / 128 output tokens;
 #  - with `curve` (or `curve-only`, without the above): `deepinfer serve --device cuda` under
-#    bench/serve_curve.sh (RATES, CURVE_CONCURRENCY).
+#    bench/serve_curve.sh (RATES, CURVE_CONCURRENCY);
+#  - `structured`: only `deepinfer bench --json-schema bench/schemas/records.json` at concurrency
+#    64, greedy and temperature 1 (a constrained pass, then an unconstrained one of the same lengths).
 # JSON lines, traces and the curve go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +19,25 @@ bin=build-cuda/bin
 ckpt=/tmp/ckpt-flash-dims
 [ -d "$ckpt" ] || timeout 300 $bin/make_random_v4 --preset flash-dims --out "$ckpt" | tail -2
 engine=(--model "$ckpt" --tokenizer models/deepseek-v4-tokenizer --device cuda --cache-memory 16GiB --max-sequences 64)
+if [ "${1:-}" = structured ]; then
+    for t in 0 1; do
+        timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts 128 --concurrency 64 --input-len 512 --output-len 128 \
+            --temperature $t --json-schema bench/schemas/records.json --json | tee -a "$out/bench_structured.jsonl"
+    done
+    exit 0
+fi
+if [ "${1:-}" != curve-only ]; then
+    python3 -c "
+import json
+words = 'the engine serves tokens as fast as the forward pass allows when sampling stays on the device '.split()
+for i in range(64): print(json.dumps({'prompt': ' '.join(words[(i + k) % len(words)] for k in range(128)), 'seed': i}))
+" > /tmp/prompts64.jsonl
+    for t in 0 1; do
+        echo "generate 64 x 256, temperature $t"
+        timeout 300 $bin/deepinfer generate "${engine[@]}" --prompts /tmp/prompts64.jsonl --max-tokens 256 --ignore-eos \
+            --temperature $t --output /dev/null 2>&1 | tail -1 | tee -a "$out/generate.txt"
+    done
+fi
 [ "${1:-}" = curve-only ] || for c in ${CONCURRENCY:-1 64}; do
     n=$(( c > 8 ? c * 2 : 16 ))
     for t in 0 1; do

@@ -71,10 +71,25 @@ struct ServerConfig {
     std::string api_key;                 // when set, requests need "Authorization: Bearer <key>"
 };
 
+// Structured output (grammar-constrained decoding). Masks are computed on worker threads while
+// the step runs; a row whose mask is not ready when the step's logits are, plus the deadline,
+// waits out of the batch (its logits kept) until its mask is done, so a slow grammar delays only
+// its own sequence.
+struct StructuredOutputConfig {
+    int mask_threads = 0;             // threads computing token masks; 0 = a quarter of the cores (1 to 8)
+    double mask_deadline_ms = 1.0;    // how long a step waits past its logits for late masks
+    int compile_cache = 256;          // compiled grammars kept, by their text
+    int max_rollback_tokens = 16;     // accepted tokens a matcher can take back (speculative decoding)
+    // For tests of the deadline: every Nth mask (0 = none) takes test_mask_delay_ms longer.
+    int test_slow_mask_every = 0;
+    double test_mask_delay_ms = 0;
+};
+
 struct EngineConfig {
     ModelConfig model;
     CacheConfig cache;
     SchedulerConfig scheduler;
+    StructuredOutputConfig structured;
     std::string log_level = "warn";
     std::string trace_path;  // Chrome-trace / Perfetto JSON of the engine's steps, written at shutdown ("" = off)
 };

@@ -67,6 +67,9 @@ struct EngineStats {
     double cache_usage = 0;  // fraction of cache blocks / sequence slots in use
     int64_t cache_bytes = 0;
     std::vector<std::pair<std::string, int64_t>> cache_bytes_by_kind;  // rings, carries, entries per group
+    // Structured output: token masks computed, and of those the ones a step's deadline passed
+    // (their sequences sat out steps until the mask was done).
+    int64_t grammar_masks = 0, grammar_late_masks = 0;
 };
 
 class Engine {
@@ -80,6 +83,10 @@ public:
     // cache or the model allows) produces a single error event instead.
     virtual std::shared_ptr<RequestStream> submit(GenerationRequest request) = 0;
     virtual EngineStats stats() const = 0;
+    // Compiles a structured-output grammar (cached by its text, so the request that uses it next
+    // finds it compiled); "" when it is usable, else the problem (an unsupported keyword, a regex
+    // or EBNF syntax error with its position, a language with no string in it). Thread-safe.
+    virtual std::string check_grammar(const GrammarSpec& grammar) = 0;
     virtual const std::string& model_name() const = 0;
     virtual int32_t vocab_size() const = 0;
     // Longest prompt + output a request may have: the model's max_position_embeddings, or less

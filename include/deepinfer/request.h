@@ -10,11 +10,23 @@ namespace deepinfer {
 
 using RequestId = uint64_t;
 
+// Structured output: every generated token is masked so that the output stays in this language,
+// and EOS is allowed only where the language allows the output to end (docs/grammar.md).
+struct GrammarSpec {
+    enum class Kind { kNone, kJsonSchema, kRegex, kEbnf };
+    Kind kind = Kind::kNone;
+    std::string text;                  // the JSON Schema (JSON text), the pattern (matched whole) or the EBNF
+    bool flexible_whitespace = false;  // JSON: whitespace allowed between tokens (default: compact)
+    bool format_annotations = false;   // JSON: `format` is ignored rather than enforced
+    bool active() const { return kind != Kind::kNone; }
+};
+
 struct GenerationRequest {
     std::string prompt;                 // tokenized with the model's tokenizer (BOS per its config) ...
     std::vector<int32_t> prompt_tokens; // ... unless token ids are given here
     SamplingParams sampling;
     int priority = 0;                   // higher runs first; FCFS within a priority
+    GrammarSpec grammar;                // structured output (none by default)
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };

@@ -5,6 +5,7 @@
 #include "grammar/encoding.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema.h"
+#include "grammar/raw_text.h"
 #include "grammar/regex.h"
 
 namespace deepinfer::grammar {
@@ -136,10 +137,13 @@ private:
 
     ExprId parse_primary();
     uint32_t read_escape();
-    ExprId parse_string(char quote);
+    std::string read_string(char quote);
+    ExprId parse_string(char quote) { return g_.literal(read_string(quote)); }
     ExprId parse_class();
     ExprId parse_regex_terminal();
+    std::string_view scan_schema(const char* element);
     ExprId parse_json();
+    ExprId parse_raw_text();
 
     std::string_view text_;
     const JsonSchemaOptions& json_options_;
@@ -179,6 +183,10 @@ ExprId EbnfParser::parse_primary() {
         pos_ += 5;
         skip_space();
         e = parse_json();
+    } else if (text_.substr(pos_, 5) == "%text") {
+        pos_ += 5;
+        skip_space();
+        e = parse_raw_text();
     } else {
         fail(at_end() ? "unexpected end of grammar" : std::string("unexpected character '") + c + "'");
     }
@@ -207,7 +215,7 @@ uint32_t EbnfParser::read_escape() {
     }
 }
 
-ExprId EbnfParser::parse_string(char quote) {
+std::string EbnfParser::read_string(char quote) {
     std::string bytes;
     while (peek() != quote) {
         if (at_end() || peek() == '\n') fail("unterminated string literal");
@@ -225,7 +233,7 @@ ExprId EbnfParser::parse_string(char quote) {
     uint32_t cp = 0;
     while (check < bytes.size())
         if (!decode_utf8(bytes, check, cp)) fail("string literal is not valid UTF-8");
-    return g_.literal(bytes);
+    return bytes;
 }
 
 ExprId EbnfParser::parse_class() {
@@ -277,13 +285,13 @@ ExprId EbnfParser::parse_regex_terminal() {
 }
 
 // The schema runs to the brace that closes its opening one (strings and escapes respected).
-ExprId EbnfParser::parse_json() {
-    if (peek() != '{') fail("expected '{' to start the %json schema");
+std::string_view EbnfParser::scan_schema(const char* element) {
+    if (peek() != '{') fail(std::string("expected '{' to start the ") + element + " schema");
     size_t start = pos_;
     int depth = 0;
     bool in_string = false;
     do {
-        if (at_end()) pos_ = start, fail("unterminated %json schema");
+        if (at_end()) pos_ = start, fail(std::string("unterminated ") + element + " schema");
         char c = text_[pos_++];
         if (in_string) {
             if (c == '\\') ++pos_;
@@ -296,12 +304,38 @@ ExprId EbnfParser::parse_json() {
             --depth;
         }
     } while (depth > 0);
+    return text_.substr(start, pos_ - start);
+}
+
+ExprId EbnfParser::parse_json() {
+    size_t start = pos_;
+    std::string_view schema = scan_schema("%json");
     std::string prefix = "json" + std::to_string(num_json_++) + ".";
     try {
-        return add_json_schema(g_, text_.substr(start, pos_ - start), json_options_, prefix, formats_);
+        return add_json_schema(g_, schema, json_options_, prefix, formats_);
     } catch (const GrammarError& e) {
         pos_ = start;
         fail(std::string("in %json schema: ") + e.what());
+    }
+}
+
+// %text{SCHEMA} until "TERMINATOR": raw text of a string the schema accepts, then the terminator.
+ExprId EbnfParser::parse_raw_text() {
+    size_t start = pos_;
+    std::string_view schema = scan_schema("%text");
+    skip_space();
+    if (text_.substr(pos_, 5) != "until") fail("expected 'until \"terminator\"' after the %text schema");
+    pos_ += 5;
+    skip_space();
+    char quote = peek();
+    if (quote != '"' && quote != '\'') fail("expected the terminator string after 'until'");
+    ++pos_;
+    std::string terminator = read_string(quote);
+    try {
+        return add_raw_text(g_, schema, terminator);
+    } catch (const GrammarError& e) {
+        pos_ = start;
+        fail(std::string("in %text schema: ") + e.what());
     }
 }
 

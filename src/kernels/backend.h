@@ -296,6 +296,12 @@ public:
     // tokens flagged, its output tokens counted.
     virtual void reset_penalties(Tensor& state, int32_t slot, std::span<const int32_t> prompt,
                                  std::span<const int32_t> output) = 0;
+    // Structured output, before sampling or argmax_rows: logits[rows[i], v] = -inf wherever bit
+    // v % 32 of mask[i, v / 32] is clear. logits [R, V] fp32, rows [M] int32, mask [M, ceil(V / 32)]
+    // int32 (bit patterns).
+    virtual void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) = 0;
+    // Blocks until the work queued so far has finished (a device's queue; the CPU runs ops at once).
+    virtual void synchronize() {}
     // out[M, I] = silu(min(gate, limit)) * clamp(up, -limit, limit).
     virtual void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) = 0;
 

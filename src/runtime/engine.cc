@@ -113,6 +113,9 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     // A step samples at most one row per sequence resident in the cache.
     penalty_slots_ = std::make_unique<PenaltySlots>(cache_->max_seqs());
     executor_ = std::make_unique<StepExecutor>(*model_, *cache_, &trace_, cache_->max_seqs());
+    std::vector<int32_t> eos(model_->eos_token_ids().begin(), model_->eos_token_ids().end());
+    if (auto e = tokenizer_->eos_id()) eos.push_back(*e);
+    grammar_ = std::make_unique<GrammarService>(tokenizer_, static_cast<int32_t>(model_->vocab_size()), eos, config.structured);
     spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
                  model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);
     for (const auto& [kind, bytes] : cache_->bytes_by_kind()) spdlog::info("engine: cache {}: {:.1f} MiB", kind, bytes / 1048576.0);
@@ -202,6 +205,11 @@ std::shared_ptr<RequestStream> EngineImpl::submit(GenerationRequest request) {
     rs->arrival = std::chrono::steady_clock::now();
     auto stream = rs->stream;
     std::string error = check_request(request);
+    if (error.empty() && request.grammar.active()) {  // compiled here, on the caller's thread
+        auto compiled = grammar_->compile(request.grammar);
+        if (compiled.ok()) rs->grammar = std::move(compiled).value();
+        else error = "structured output: " + compiled.status().message();
+    }
     if (!error.empty()) {
         RequestEvent ev{rs->id};
         ev.finished = true;

@@ -18,6 +18,7 @@
 #include "model/causal_lm.h"
 #include "runtime/cache/prefix_cache.h"
 #include "runtime/penalty_slots.h"
+#include "runtime/grammar_masks.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -61,6 +62,7 @@ struct RequestState {
     double ttft_s = -1;
     bool cancelled = false;
     int completion_tokens = 0;
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;  // structured output (null when none)
 };
 
 class EngineImpl final : public Engine {
@@ -70,6 +72,7 @@ public:
 
     std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
     EngineStats stats() const override;
+    std::string check_grammar(const GrammarSpec& grammar) override;
     const std::string& model_name() const override { return name_; }
     int32_t vocab_size() const override { return static_cast<int32_t>(model_->vocab_size()); }
     int64_t max_model_len() const override { return max_model_len_; }
@@ -90,6 +93,12 @@ private:
     void add_sample_row(Sequence& s, SampleJob& job);
     std::vector<std::optional<SampleOutput>> sampled_rows(const StepPlan& plan, const StepOutput& step);
     void append_token(Sequence& s, SampleOutput out, int64_t& detokenize_us);
+    // Structured output (engine_grammar.cc).
+    std::shared_ptr<StepMasks> submit_masks(const StepPlan& plan);
+    void defer_sample(Sequence& s, const StepOutput& step, size_t mask_row);
+    void resolve_late_samples();
+    // The matcher takes the token; false (the sequence fails) if the grammar refuses it.
+    bool advance_grammar(Sequence& s, int32_t token, RequestEvent& ev, SequenceEvent& se);
     void commit(const StepPlan& plan, const StepOutput& step);
     void finish_done_requests();
     void publish_stats();
@@ -109,6 +118,7 @@ private:
     std::unique_ptr<PrefixCache> prefix_cache_;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<StepExecutor> executor_;
+    std::unique_ptr<GrammarService> grammar_;
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.
@@ -125,6 +135,7 @@ private:
     uint64_t arrivals_ = 0;
     uint64_t launches_ = 0;
     std::unique_ptr<PenaltySlots> penalty_slots_;
+    std::vector<Sequence*> late_samples_;  // sequences whose sample waits for a late mask
 
     mutable std::mutex stats_mutex_;
     EngineStats stats_;

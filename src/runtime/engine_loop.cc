@@ -29,6 +29,10 @@ void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
         s->tokens = r.prompt_tokens;
         s->prompt_len = static_cast<int>(r.prompt_tokens.size());
         s->text = std::make_unique<OutputText>(tokenizer_, rs->request.sampling, std::vector<int32_t>(eos.begin(), eos.end()));
+        if (rs->grammar) {
+            s->grammar = std::make_unique<SequenceGrammar>();
+            s->grammar->matcher = std::make_shared<grammar::GrammarMatcher>(rs->grammar, config_.structured.max_rollback_tokens);
+        }
         scheduler_->add(s.get());
         rs->sequences.push_back(std::move(s));
     }
@@ -75,7 +79,7 @@ void EngineImpl::launch(const StepPlan& plan) {
     }
     cache_->describe(batch);  // the step must not read tables the planner is appending to
     if (prefix_cache_) batch.transfers = prefix_cache_->take_transfers();
-    executor_->launch(std::move(batch), std::move(job));
+    executor_->launch(std::move(batch), std::move(job), submit_masks(plan));
 }
 
 // The sampling row of a sequence whose chunk ends at its last token: the next token's position
@@ -100,12 +104,20 @@ void EngineImpl::add_sample_row(Sequence& s, SampleJob& job) {
 // Each sampling row's token (with logprobs when asked); nothing for rows no longer wanted.
 std::vector<std::optional<SampleOutput>> EngineImpl::sampled_rows(const StepPlan& plan, const StepOutput& step) {
     std::vector<std::optional<SampleOutput>> outs;
+    size_t mask_row = 0;  // grammar rows are the sampling rows with a matcher, in order
     for (const ScheduledChunk& c : plan.chunks) {
         if (!c.samples) continue;
         size_t r = outs.size();
-        const Sequence* s = c.seq;
+        Sequence* s = c.seq;
         const RequestState* rs = s->request;
+        bool masked = s->grammar != nullptr;
+        if (masked) ++mask_row;
         if (s->finished() || rs->cancelled) {
+            outs.emplace_back();
+            continue;
+        }
+        if (masked && !step.masks->applied(mask_row - 1)) {
+            defer_sample(*s, step, mask_row - 1);
             outs.emplace_back();
             continue;
         }
@@ -134,15 +146,18 @@ void EngineImpl::append_token(Sequence& s, SampleOutput out, int64_t& detokenize
     auto it = std::find_if(ev.sequences.begin(), ev.sequences.end(), [&](const SequenceEvent& e) { return e.index == s.index; });
     SequenceEvent& se = it != ev.sequences.end() ? *it : ev.sequences.emplace_back(SequenceEvent{s.index});
     se.tokens.push_back(out.token);
+    if (s.grammar && !advance_grammar(s, out.token, ev, se)) return;
     int64_t t0 = trace_.enabled() ? trace_.now_us() : 0;
     se.text += s.text->add(out.token, s.num_generated());
+    FinishReason finish = s.text->finish();
+    if (finish == FinishReason::kNone && s.grammar && s.grammar->matcher->is_terminated()) {
+        finish = FinishReason::kStop;  // the grammar took EOS (which ignore_eos would have let pass)
+        se.text += s.text->flush();
+    }
     if (trace_.enabled()) detokenize_us += trace_.now_us() - t0;
     if (p.logprobs >= 0) se.logprobs.push_back({out.token, out.logprob});
     if (p.logprobs > 0) se.top_logprobs.push_back(std::move(out.top));
-    if (s.text->finish() != FinishReason::kNone) {
-        s.finish = s.text->finish();
-        se.finish = s.finish;
-    }
+    if (finish != FinishReason::kNone) s.finish = se.finish = finish;
 }
 
 void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
@@ -164,6 +179,7 @@ void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
 // stats are published before the events, so a caller who saw its last event sees them settled.
 void EngineImpl::finish_done_requests() {
     TraceRecorder::Scope span(&trace_, "finish");
+    std::erase_if(late_samples_, [](Sequence* s) { return s->request->cancelled; });  // freed below
     std::vector<std::pair<std::shared_ptr<RequestStreamImpl>, RequestEvent>> outgoing;
     for (auto it = requests_.begin(); it != requests_.end();) {
         RequestState* rs = it->second.get();
@@ -238,6 +254,7 @@ void EngineImpl::fail_everything(const std::string& message) {
     requests_.clear();
     pending_events_.clear();
     penalty_slots_->release_all();
+    late_samples_.clear();
 }
 
 StepPlan EngineImpl::plan_step(bool ahead) {
@@ -256,6 +273,7 @@ void EngineImpl::loop() {
     for (;;) {
         take_inbox(false);
         if (prefix_cache_) prefix_cache_->poll();
+        if (!late_samples_.empty()) resolve_late_samples();
         if (!inflight) {
             finish_done_requests();
             StepPlan plan = plan_step(false);
@@ -286,7 +304,9 @@ void EngineImpl::loop() {
         // Drop planned chunks of sequences that just finished or were cancelled before
         // finish_done_requests() frees them; everything else was planned for this moment.
         if (next)
-            std::erase_if(next->chunks, [](const ScheduledChunk& c) { return c.seq->finished() || c.seq->request->cancelled; });
+            std::erase_if(next->chunks, [](const ScheduledChunk& c) {
+                return c.seq->finished() || c.seq->request->cancelled || c.seq->sample_late();
+            });
         {
             std::lock_guard<std::mutex> lock(stats_mutex_);
             ++stats_.steps;

@@ -12,11 +12,22 @@
 
 #include "deepinfer/request.h"
 #include "runtime/cache/prefix_key.h"
+#include "runtime/grammar_masks.h"
 #include "runtime/output_text.h"
 
 namespace deepinfer::runtime {
 
 struct RequestState;
+
+// Structured output state of one sequence: its matcher, and a sample put off because its mask
+// missed the step's deadline (the mask is row `late_row` of `late_masks`, still being computed;
+// `late_logits` is the row's unmasked logits).
+struct SequenceGrammar {
+    std::shared_ptr<grammar::GrammarMatcher> matcher;
+    std::shared_ptr<StepMasks> late_masks;
+    size_t late_row = 0;
+    std::vector<float> late_logits;
+};
 
 struct Sequence {
     RequestState* request = nullptr;
@@ -40,9 +51,11 @@ struct Sequence {
     PrefixKey indexed_key;
     int64_t cached_tokens = 0;
     std::unique_ptr<OutputText> text;
+    std::unique_ptr<SequenceGrammar> grammar;  // structured output only
     FinishReason finish = FinishReason::kNone;
     bool finished() const { return finish != FinishReason::kNone; }
 
+    bool sample_late() const { return grammar && grammar->late_masks; }
     int num_generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
     // Tokens still to compute once the step in flight lands (its sampled token included).
     int64_t pending() const {

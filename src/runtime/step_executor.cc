@@ -1,6 +1,7 @@
 #include "runtime/step_executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace deepinfer::runtime {
@@ -12,15 +13,16 @@ StepExecutor::~StepExecutor() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
+        cv_.notify_all();
     }
-    cv_.notify_all();
     thread_.join();
 }
 
-void StepExecutor::launch(model::Batch batch, SampleJob job) {
+void StepExecutor::launch(model::Batch batch, SampleJob job, std::shared_ptr<StepMasks> masks) {
     std::lock_guard<std::mutex> lock(mutex_);
     batch_ = std::move(batch);
     job_ = std::move(job);
+    masks_ = std::move(masks);
     has_job_ = true;
     done_ = false;
     cv_.notify_all();
@@ -34,39 +36,67 @@ StepOutput StepExecutor::wait() {
     return std::move(output_);
 }
 
-void StepExecutor::loop() {
-    trace_->name_thread("step executor");
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-        cv_.wait(lock, [&] { return has_job_ || stop_; });
-        if (stop_) return;
-        has_job_ = false;
-        model::Batch batch = std::move(batch_);
-        SampleJob job = std::move(job_);
-        lock.unlock();
-        StepOutput out;
-        std::exception_ptr error;
-        try {
-            Tensor logits;
-            {
-                TraceRecorder::Scope span(trace_, "forward",
-                                          trace_->enabled() ? nlohmann::json{{"tokens", batch.token_ids.size()}, {"rows", batch.logit_rows.size()}} : nullptr);
-                logits = model_.forward(batch, cache_);
-            }
-            if (!job.rows.empty()) out = sample(logits, job);
-        } catch (...) {
-            error = std::current_exception();
-        }
-        lock.lock();
-        output_ = std::move(out);
-        error_ = error;
-        done_ = true;
-        cv_.notify_all();
+// The deadline counts from the moment the logits exist: a device's queue is drained first when
+// some mask is still being computed.
+std::vector<int32_t> StepExecutor::apply_masks(Tensor& logits, StepMasks& masks) {
+    kernels::Backend& backend = model_.backend();
+    if (!masks.all_done()) backend.synchronize();
+    const std::vector<uint8_t>& applied = masks.close();
+    std::vector<int32_t> rows, late;
+    for (size_t i = 0; i < masks.size(); ++i) (applied[i] ? rows : late).push_back(static_cast<int32_t>(i));
+    if (rows.empty()) return late;
+    int64_t words = masks.words();
+    Tensor host_rows = Tensor::empty(DType::kI32, {static_cast<int64_t>(rows.size())});
+    Tensor host_bits = Tensor::empty(DType::kI32, {static_cast<int64_t>(rows.size()), words});
+    for (size_t k = 0; k < rows.size(); ++k) {
+        host_rows.data<int32_t>()[k] = masks.logit_row(rows[k]);
+        std::memcpy(host_bits.data<int32_t>() + k * words, masks.row_words(rows[k]), words * sizeof(uint32_t));
+    }
+    backend.apply_token_mask(logits, backend.upload(host_rows), backend.upload(host_bits));
+    return late;
+}
+
+StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_ptr<StepMasks> masks) {
+    Tensor logits;
+    {
+        TraceRecorder::Scope span(trace_, "forward",
+                                  trace_->enabled() ? nlohmann::json{{"tokens", batch.token_ids.size()}, {"rows", batch.logit_rows.size()}} : nullptr);
+        logits = model_.forward(batch, cache_);
+    }
+    std::vector<int32_t> late;
+    if (masks) {
+        TraceRecorder::Scope span(trace_, "masks");
+        late = apply_masks(logits, *masks);
+        // A late row's token is drawn on the host once its mask is done: its device draw is
+        // thrown away and must not be counted in its penalty row.
+        for (int32_t i : late) job.rows.at(static_cast<size_t>(masks->logit_row(i))).penalty_slot = -1;
+    }
+    StepOutput out;
+    if (!job.rows.empty()) sample(logits, job, out);
+    if (masks) download_late_rows(logits, *masks, late, out);
+    out.masks = std::move(masks);
+    return out;
+}
+
+// The unmasked logits of each late grammar row.
+void StepExecutor::download_late_rows(const Tensor& logits, const StepMasks& masks, const std::vector<int32_t>& late,
+                                      StepOutput& out) {
+    kernels::Backend& backend = model_.backend();
+    int64_t vocab = logits.dim(-1);
+    out.late_logits.resize(masks.size());
+    for (int32_t i : late) {
+        std::vector<float>& row = out.late_logits[i];
+        row.resize(static_cast<size_t>(vocab));
+        Tensor one = Tensor::empty(DType::kI32, {1});
+        one.data<int32_t>()[0] = masks.logit_row(i);
+        Tensor gathered = backend.empty(DType::kF32, {1, vocab});
+        backend.gather_rows(logits, backend.upload(one), gathered);
+        backend.download(gathered, row.data());
     }
 }
 
 // Samples every logit row on the backend; only the tokens (and asked-for logprobs) come back.
-StepOutput StepExecutor::sample(const Tensor& logits, const SampleJob& job) {
+void StepExecutor::sample(const Tensor& logits, const SampleJob& job, StepOutput& out) {
     TraceRecorder::Scope span(trace_, "sample", trace_->enabled() ? nlohmann::json{{"rows", job.rows.size()}} : nullptr);
     kernels::Backend& backend = model_.backend();
     int64_t rows = static_cast<int64_t>(job.rows.size());
@@ -74,7 +104,6 @@ StepOutput StepExecutor::sample(const Tensor& logits, const SampleJob& job) {
         if (!penalty_state_.defined()) penalty_state_ = backend.zeros(DType::kI32, {penalty_slots_, logits.dim(-1)});
         backend.reset_penalties(penalty_state_, r.slot, r.prompt, r.output);
     }
-    StepOutput out;
     bool logprobs = false;
     for (const kernels::SampleRow& row : job.rows) {
         logprobs = logprobs || row.logprobs >= 0;
@@ -99,7 +128,32 @@ StepOutput StepExecutor::sample(const Tensor& logits, const SampleJob& job) {
         backend.download(args.top_tokens, out.top_tokens.data());
         backend.download(args.top_logprobs, out.top_logprobs.data());
     }
-    return out;
+}
+
+void StepExecutor::loop() {
+    trace_->name_thread("step executor");
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        cv_.wait(lock, [&] { return has_job_ || stop_; });
+        if (stop_) return;
+        has_job_ = false;
+        model::Batch batch = std::move(batch_);
+        SampleJob job = std::move(job_);
+        std::shared_ptr<StepMasks> masks = std::move(masks_);
+        lock.unlock();
+        StepOutput out;
+        std::exception_ptr error;
+        try {
+            out = run(batch, job, std::move(masks));
+        } catch (...) {
+            error = std::current_exception();
+        }
+        lock.lock();
+        output_ = std::move(out);
+        error_ = error;
+        done_ = true;
+        cv_.notify_all();
+    }
 }
 
 }  // namespace deepinfer::runtime

@@ -10,6 +10,7 @@
 
 #include "base/trace.h"
 #include "model/causal_lm.h"
+#include "runtime/grammar_masks.h"
 
 namespace deepinfer::runtime {
 
@@ -27,13 +28,18 @@ struct SampleJob {
 };
 
 // What a step brings back to the host: each logit row's token, sampled where the logits are, and
-// the logprobs its row asked for. Nothing that grows with the vocabulary.
+// the logprobs its row asked for; nothing that grows with the vocabulary, except for a grammar row
+// whose mask missed the step's deadline: its unmasked logits come back in late_logits, for
+// sampling on the host once its mask is done (that row's device token is not used, nor counted
+// in its penalty row).
 struct StepOutput {
     std::vector<int32_t> tokens;        // [rows]
     std::vector<float> logprobs;        // [rows] when some row asks for logprobs, else empty
     std::vector<int32_t> top_tokens;    // [rows, top_width], best first
     std::vector<float> top_logprobs;    // [rows, top_width]
     int top_width = 0;                  // the most top logprobs a row asks for
+    std::shared_ptr<StepMasks> masks;             // the step's grammar rows (null when none)
+    std::vector<std::vector<float>> late_logits;  // per grammar row: [vocab] when late, else empty
 };
 
 class StepExecutor {
@@ -43,14 +49,19 @@ public:
     StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace, int penalty_slots);
     ~StepExecutor();
 
-    // Starts `batch`, then samples its logit rows as `job` says; the tokens come back from wait().
-    void launch(model::Batch batch, SampleJob job);
+    // Starts `batch`, applies `masks` (may be null) to its logits, then samples its logit rows as
+    // `job` says; the tokens come back from wait().
+    void launch(model::Batch batch, SampleJob job, std::shared_ptr<StepMasks> masks = nullptr);
     // Blocks until the step in flight is done. Rethrows a failure of the step.
     StepOutput wait();
 
 private:
     void loop();
-    StepOutput sample(const Tensor& logits, const SampleJob& job);
+    StepOutput run(model::Batch& batch, SampleJob& job, std::shared_ptr<StepMasks> masks);
+    // Waits for the masks until their deadline, applies those that are done, and lists the rest.
+    std::vector<int32_t> apply_masks(Tensor& logits, StepMasks& masks);
+    void sample(const Tensor& logits, const SampleJob& job, StepOutput& out);
+    void download_late_rows(const Tensor& logits, const StepMasks& masks, const std::vector<int32_t>& late, StepOutput& out);
 
     model::CausalLm& model_;
     model::SequenceCache& cache_;
@@ -59,6 +70,7 @@ private:
     std::condition_variable cv_;
     model::Batch batch_;
     SampleJob job_;
+    std::shared_ptr<StepMasks> masks_;
     int penalty_slots_;
     Tensor penalty_state_;  // [penalty_slots_, vocab] int32 on the device, once a job needs it
     StepOutput output_;

@@ -183,7 +183,7 @@ void CompletionStream::apply_chat(size_t ci, const SequenceEvent& se, const json
         calls = tool_call_deltas(c, t.calls);
     }
     c.text += content;
-    std::string reason = !finish.empty() && !c.tool_calls.empty() ? "tool_calls" : finish;
+    std::string reason = finish == "stop" && !c.tool_calls.empty() ? "tool_calls" : finish;  // a cut-off call stays "length"
     if (!reason.empty()) c.finish = reason;
     json delta = json::object();
     if (!c.sent_first) delta["role"] = "assistant";

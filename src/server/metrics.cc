@@ -110,6 +110,9 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
         out += fmt::format("deepinfer_cache_bytes{{model=\"{}\",kind=\"{}\"}} {}\n", model, kind, bytes);
     counter("deepinfer_preemptions_total", "Sequences preempted (recomputed later).", static_cast<double>(st.preemptions));
     counter("deepinfer_engine_steps_total", "Forward steps run.", static_cast<double>(st.steps));
+    counter("deepinfer_grammar_masks_total", "Structured-output token masks computed.", static_cast<double>(st.grammar_masks));
+    counter("deepinfer_grammar_late_masks_total", "Token masks not ready by their step's deadline (the sequence waited).",
+            static_cast<double>(st.grammar_late_masks));
     render_prefix_cache(out, st.prefix_cache, model);
     ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");
     itl.render(out, "deepinfer_inter_token_latency_seconds", "Time between tokens of a stream.");

@@ -5,6 +5,8 @@
 
 #include "base/error.h"
 #include "server/request_fields.h"
+#include "server/structured_output.h"
+#include "tokenizer/tool_call_grammar.h"
 
 namespace deepinfer::server {
 namespace {
@@ -15,7 +17,7 @@ using nlohmann::json;
 #define DI_COMMON_FIELDS                                                                                              \
     "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "n", "stop", "stop_token_ids",   \
         "max_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "user",  \
-        "ignore_eos", "skip_special_tokens", "logprobs"
+        "ignore_eos", "skip_special_tokens", "logprobs", DI_STRUCTURED_FIELDS
 
 std::vector<std::string> stop_strings(const json& j) {
     auto it = j.find("stop");
@@ -99,22 +101,27 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& j, int32_t voca
     return out;
 }
 
-// tool_choice "auto" / "none"; forcing a call waits for structured output.
-bool tools_enabled(const json& j) {
-    auto it = j.find("tool_choice");
-    if (it == j.end() || it->is_null() || *it == "auto") return true;
-    if (*it == "none") return false;
-    throw BadField{"tool_choice", "tool_choice must be \"auto\" or \"none\": forcing a tool call is not supported yet"};
+void set_structured_output(CompletionCall& call, StructuredOutput out) {
+    call.grammar = std::move(out.grammar);
+    call.grammar_param = std::move(out.param);
 }
 
-void check_response_format(const json& j) {
-    auto it = j.find("response_format");
-    if (it == j.end() || it->is_null()) return;
-    if (!it->is_object() || it->value("type", json()) != "text")
-        throw BadField{"response_format", "response_format: only {\"type\": \"text\"} is supported (no structured output yet)"};
+// tool_choice "required" or a named function: the output is a DSML tool-calls block whose
+// arguments satisfy the tool's parameter schema.
+void force_tool_call(CompletionCall& call, const std::vector<tokenizer::ChatTool>& tools, const ToolChoice& choice, bool thinking) {
+    if (call.grammar.active())
+        throw BadField{"tool_choice", "tool_choice cannot force a tool call together with " + call.grammar_param};
+    tokenizer::ToolCallGrammarOptions options{choice.function, thinking, call.parallel_tool_calls};
+    try {
+        call.grammar = {GrammarSpec::Kind::kEbnf, tokenizer::tool_call_grammar(tools, options)};
+    } catch (const std::exception& e) {  // deepinfer::Error names the problem; a JSON type error too
+        throw BadField{"tool_choice", std::string("tool_choice: ") + e.what()};
+    }
+    call.grammar_param = "tool_choice";
 }
 
-std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const Tokenize& tokenize) {
+std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const std::optional<std::string>& prompt_schema,
+                                 const Tokenize& tokenize) {
     reject_unknown_fields(j, {DI_COMMON_FIELDS, "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                               "parallel_tool_calls", "response_format", "reasoning_effort", "thinking", "chat_template_kwargs"});
     if (get_field<bool>(j, "logprobs", "a boolean").value_or(false))
@@ -134,11 +141,13 @@ std::vector<int32_t> chat_prompt(const json& j, CompletionCall& call, const Toke
     if (!opt.reasoning_effort.empty() && opt.reasoning_effort != "high" && opt.reasoning_effort != "max" &&
         opt.reasoning_effort != "low" && opt.reasoning_effort != "medium")
         throw BadField{"reasoning_effort", "reasoning_effort must be low, medium, high or max"};
-    check_response_format(j);
+    opt.response_format = prompt_schema;
     std::vector<tokenizer::ChatTool> tools = parse_tools(j);
-    if (!tools_enabled(j)) tools.clear();
+    ToolChoice choice = parse_tool_choice(j, tools);
+    if (choice.kind == ToolChoice::Kind::kNone) tools.clear();
     call.has_tools = !tools.empty();
     call.parallel_tool_calls = get_field<bool>(j, "parallel_tool_calls", "a boolean").value_or(true);
+    if (choice.forces_call()) force_tool_call(call, tools, choice, opt.thinking);
     if (!j.contains("messages")) throw BadField{"messages", "messages is required"};
     return tokenize(tokenizer::encode_chat(parse_messages(j["messages"]), tools, opt), false);  // the encoding has its BOS
 }
@@ -211,7 +220,7 @@ auto with_body(const std::string& body, const ServingInfo& info, F&& f) -> std::
     }
 }
 
-CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, const Tokenize& tokenize) {
+CompletionCall build_call(const json& j, const std::string& body, bool chat, const ServingInfo& info, const Tokenize& tokenize) {
     CompletionCall call;
     call.chat = chat;
     call.model = checked_model(j, info);
@@ -223,7 +232,10 @@ CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, con
     }
     SamplingParams sampling = sampling_from(j, chat, info.vocab_size);
     std::vector<std::vector<int32_t>> prompts;
-    if (chat) prompts.push_back(chat_prompt(j, call, tokenize));
+    StructuredOutput structured = parse_structured_output(j, body);
+    std::optional<std::string> prompt_schema = structured.prompt_schema;
+    set_structured_output(call, std::move(structured));
+    if (chat) prompts.push_back(chat_prompt(j, call, prompt_schema, tokenize));
     else prompts = completions_prompts(j, call, sampling, info.vocab_size, tokenize);
     sampling.logprobs = call.top_logprobs;
     call.n = sampling.n;
@@ -236,6 +248,7 @@ CompletionCall build_call(const json& j, bool chat, const ServingInfo& info, con
         GenerationRequest r;
         r.prompt_tokens = std::move(ids);
         r.sampling = std::move(p);
+        r.grammar = call.grammar;
         call.requests.push_back(std::move(r));
     }
     return call;
@@ -248,9 +261,13 @@ json ApiError::body() const {
 }
 
 std::variant<CompletionCall, ApiError> parse_completion_call(const std::string& body, bool chat, const ServingInfo& info,
-                                                             const Tokenize& tokenize) {
+                                                             const Tokenize& tokenize, const CheckGrammar& check_grammar) {
     return with_body(body, info, [&](const json& j) {
-        CompletionCall call = build_call(j, chat, info, tokenize);
+        CompletionCall call = build_call(j, body, chat, info, tokenize);
+        if (call.grammar.active() && check_grammar) {
+            std::string bad = check_grammar(call.grammar);
+            if (!bad.empty()) throw BadField{call.grammar_param, call.grammar_param + ": " + bad};
+        }
         std::string bad = call.requests[0].sampling.validate(info.vocab_size);
         if (!bad.empty()) throw ApiError{400, bad, ""};
         int64_t sequences = static_cast<int64_t>(call.requests.size()) * call.choices_per_request();

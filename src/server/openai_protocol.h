@@ -37,6 +37,8 @@ struct CompletionCall {
     int best_of = 0;                 // completions: sample this many, return the n most likely (0 = n)
     int n = 1;                       // choices returned per prompt
     std::string model;
+    GrammarSpec grammar;             // structured output of every request (response_format, guided_*, tool_choice)
+    std::string grammar_param;       // the request field that asked for it
     std::vector<GenerationRequest> requests;  // completions may carry several prompts
     int choices_per_request() const { return requests.empty() ? 1 : requests[0].sampling.n; }
 };
@@ -52,8 +54,12 @@ struct ServingInfo {
 // `tokenize` turns prompt text into ids (BOS per the tokenizer config) or throws.
 using Tokenize = std::function<std::vector<int32_t>(const std::string&, bool add_special_tokens)>;
 
+// `check_grammar` compiles a structured-output grammar: "" when usable, else the problem (a 400
+// naming the field). Without it grammars are not checked here (the engine reports them).
+using CheckGrammar = std::function<std::string(const GrammarSpec&)>;
+
 std::variant<CompletionCall, ApiError> parse_completion_call(const std::string& body, bool chat, const ServingInfo& info,
-                                                             const Tokenize& tokenize);
+                                                             const Tokenize& tokenize, const CheckGrammar& check_grammar = nullptr);
 
 // POST /tokenize ({"prompt": text | "messages": [...], "add_special_tokens"}) -> {"tokens",
 // "count", "max_model_len"}; POST /detokenize ({"tokens": [...]}) -> {"prompt"}.

@@ -168,7 +168,8 @@ void OpenAiServer::handle_completion(const std::shared_ptr<Exchange>& ex, bool c
 
 void OpenAiServer::start_completion(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, bool chat) {
     auto tokenize = [this](const std::string& text, bool special) { return engine_.tokenize(text, special); };
-    auto parsed = parse_completion_call(ex->request().body, chat, serving_info(), tokenize);
+    auto check_grammar = [this](const GrammarSpec& g) { return engine_.check_grammar(g); };
+    auto parsed = parse_completion_call(ex->request().body, chat, serving_info(), tokenize, check_grammar);
     if (auto* err = std::get_if<ApiError>(&parsed)) {
         --pending_;
         return reply_error(ex, endpoint, *err);

@@ -129,11 +129,16 @@ TEST_F(GenerateCli, PromptsFileGivesResultsInOrder) {
     EXPECT_EQ(rows[0]["finish_reason"], "length");
     EXPECT_EQ(rows[1]["texts"].size(), 2u);
     EXPECT_EQ(rows[1]["completion_tokens"], 6);  // 2 x 3
+    EXPECT_NE(r.output.find("3 requests, 18 output tokens in"), std::string::npos) << r.output;
 
     std::ofstream(out("bad.jsonl")) << R"({"prompt": "ok"})" << "\n" << "{oops" << "\n";
     r = run("generate" + engine_flags() + " --prompts " + out("bad.jsonl"));
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("line 2 is not valid JSON"), std::string::npos) << r.output;
+    std::ofstream(out("typo.jsonl")) << R"({"prompt": "ok", "max_token": 3})" << "\n";
+    r = run("generate" + engine_flags() + " --prompts " + out("typo.jsonl"));
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("unknown field \"max_token\""), std::string::npos) << r.output;
     r = run("generate" + engine_flags() + " --prompt hi --max-tokens 100000000");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("maximum context"), std::string::npos) << r.output;

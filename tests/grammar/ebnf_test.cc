@@ -5,77 +5,15 @@
 #include <random>
 
 #include "conformance_util.h"
+#include "arithmetic.h"
 #include "grammar_test_util.h"
 
 namespace deepinfer::grammar::test {
 namespace {
 
-const char* kArithmetic = R"ebnf(
-# sums of products of numbers, variables and parenthesized sums
-root   ::= sum
-sum    ::= product (("+" | "-") product)*
-product::= factor ("*" factor)*
-factor ::= number | name | "(" sum ")" | "-" factor
-number ::= [0-9]+ ("." [0-9]{1,3})?
-name   ::= [a-z] [a-z0-9_]{0,4}
-)ebnf";
+using deepinfer::test::Arithmetic;
+using deepinfer::test::kArithmetic;
 
-// The same language, recognized independently.
-class Arithmetic {
-public:
-    static bool accepts(const std::string& s) {
-        Arithmetic p{s};
-        return p.sum() && p.i_ == s.size();
-    }
-
-private:
-    explicit Arithmetic(const std::string& s) : s_(s) {}
-    char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-    static bool digit(char c) { return c >= '0' && c <= '9'; }
-    static bool lower(char c) { return c >= 'a' && c <= 'z'; }
-    bool sum() {
-        if (!product()) return false;
-        while (peek() == '+' || peek() == '-') {
-            ++i_;
-            if (!product()) return false;
-        }
-        return true;
-    }
-    bool product() {
-        if (!factor()) return false;
-        while (peek() == '*') {
-            ++i_;
-            if (!factor()) return false;
-        }
-        return true;
-    }
-    bool factor() {
-        if (digit(peek())) {
-            while (digit(peek())) ++i_;
-            if (peek() == '.') {
-                size_t n = 0;
-                for (++i_; digit(peek()); ++i_) ++n;
-                return n >= 1 && n <= 3;
-            }
-            return true;
-        }
-        if (lower(peek())) {
-            size_t n = 0;
-            for (++i_; lower(peek()) || digit(peek()) || peek() == '_'; ++i_) ++n;
-            return n <= 4;
-        }
-        if (peek() == '(') {
-            ++i_;
-            if (!sum() || peek() != ')') return false;
-            ++i_;
-            return true;
-        }
-        if (peek() == '-') return ++i_, factor();
-        return false;
-    }
-    const std::string& s_;
-    size_t i_ = 0;
-};
 
 std::string random_expression(std::mt19937& rng, int depth) {
     switch (rng() % (depth > 0 ? 6 : 3)) {
@@ -105,17 +43,23 @@ std::string mutate(std::mt19937& rng, std::string s) {
 TEST(Ebnf, RecursiveGrammarAgreesWithRecursiveDescent) {
     GrammarCompiler compiler(byte_vocabulary());
     auto g = must_compile(compiler.compile_ebnf(kArithmetic));
+    auto bounded = must_compile(compiler.compile_ebnf(deepinfer::test::kBoundedArithmetic));
     std::mt19937 rng(7);
-    int valid = 0, invalid = 0;
+    int valid = 0, invalid = 0, bounded_valid = 0;
     for (int i = 0; i < 3000; ++i) {
         std::string text = random_expression(rng, 4);
         if (i % 2) text = mutate(rng, text);
         bool expected = Arithmetic::accepts(text);
         ASSERT_EQ(accepts_text(g, text), expected) << text;
+        bool expected_bounded = Arithmetic::accepts(text, 4, 3, 3);
+        ASSERT_EQ(accepts_text(bounded, text), expected_bounded) << text;
         (expected ? valid : invalid)++;
+        bounded_valid += expected_bounded;
     }
     EXPECT_GT(valid, 1000);
     EXPECT_GT(invalid, 500);
+    EXPECT_GT(bounded_valid, 300);
+    EXPECT_LT(bounded_valid, valid);
 }
 
 TEST(Ebnf, RandomOutputsOverTheDeepSeekVocabularyParse) {
@@ -159,6 +103,47 @@ TEST(Ebnf, EmbedsJsonSchemasAndRegexes) {
     EXPECT_FALSE(accepts_text(g, R"(<call name="add">{"n":0}</call>)"));
     EXPECT_FALSE(accepts_text(g, R"(<call name="Add">{"n":3}</call>)"));
     EXPECT_FALSE(accepts_text(g, R"(<call name="add">{"n":3,"m":1}</call>)"));
+}
+
+// %text: the raw value ends at the first occurrence of its terminator (the reference finds it in
+// value + terminator), and the schema's string constraints hold for the raw characters.
+TEST(Ebnf, RawTextEndsAtItsTerminator) {
+    GrammarCompiler compiler(byte_vocabulary());
+    auto free = must_compile(compiler.compile_ebnf(R"(root ::= "<v>" %text{"type": "string"} until "</v>" "!")"));
+    auto overlap = must_compile(compiler.compile_ebnf(R"(root ::= %text{"type": "string"} until "abab")"));
+    std::mt19937 rng(5);
+    const std::vector<std::string> pieces = {"a", "b", "<", "/", "v", ">", "é", "\n", "\"", "</v>"};
+    int accepted = 0, refused = 0;
+    for (int i = 0; i < 2000; ++i) {
+        std::string v;
+        for (int n = rng() % 7; n > 0; --n) v += pieces[rng() % pieces.size()];
+        std::string closed = v, wrapped = "<v>", doubled = v;
+        closed.append("</v>");
+        wrapped.append(closed).push_back('!');
+        doubled.append("abab");
+        bool expected = closed.find("</v>") == v.size();
+        ASSERT_EQ(accepts_text(free, wrapped), expected) << v;
+        ASSERT_EQ(accepts_text(overlap, doubled), doubled.find("abab") == v.size()) << v;
+        (expected ? accepted : refused)++;
+    }
+    EXPECT_GT(accepted, 500);
+    EXPECT_GT(refused, 200);
+    EXPECT_FALSE(accepts_text(overlap, "ababab"));  // "ab" + "abab": the terminator comes first at 0
+
+    auto bounded = must_compile(compiler.compile_ebnf(
+        R"(root ::= %text{"type": "string", "pattern": "^[a-zé]+$", "maxLength": 3, "description": "x"} until "</p>")"));
+    EXPECT_TRUE(accepts_text(bounded, "ab</p>"));
+    EXPECT_TRUE(accepts_text(bounded, "éé</p>"));     // lengths count characters
+    EXPECT_FALSE(accepts_text(bounded, "abcd</p>"));
+    EXPECT_FALSE(accepts_text(bounded, "a1</p>"));
+    EXPECT_FALSE(accepts_text(bounded, "</p>"));
+    auto choice = must_compile(compiler.compile_ebnf(R"(root ::= %text{"enum": ["x y", "a\"b"]} until "</p>")"));
+    EXPECT_TRUE(accepts_text(choice, "x y</p>"));
+    EXPECT_TRUE(accepts_text(choice, "a\"b</p>"));   // raw: the quote is not escaped
+    EXPECT_FALSE(accepts_text(choice, "x</p>"));
+    for (const char* bad : {R"(root ::= %text{"type": "integer"} until "x")", R"(root ::= %text{"minItems": 1} until "x")",
+                            R"(root ::= %text{"type": "string"} "x")"})
+        EXPECT_FALSE(compiler.compile_ebnf(bad).ok()) << bad;
 }
 
 TEST(Ebnf, ErrorsNameLineAndColumn) {

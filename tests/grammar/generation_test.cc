@@ -14,6 +14,7 @@
 #include "conformance_util.h"
 #include "grammar_test_util.h"
 #include "json_text.h"
+#include "validate_json.h"
 
 namespace deepinfer::grammar::test {
 namespace {
@@ -32,23 +33,6 @@ std::vector<std::string> schema_texts() {
     return out;
 }
 
-// Runs the validator script over all cases; one message per case ("" = valid).
-std::vector<std::string> validate_with_python(const nlohmann::json& cases) {
-    std::string input = (fs::temp_directory_path() / ("grammar_generation_" + std::to_string(::getpid()) + ".json")).string();
-    std::ofstream(input) << cases.dump();
-    std::string command = "python3 " + std::string(DEEPINFER_SOURCE_DIR) + "/tests/grammar/validate_json.py " + input;
-    std::string output;
-    if (FILE* pipe = popen(command.c_str(), "r")) {
-        char buffer[65536];
-        for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
-        pclose(pipe);
-    }
-    fs::remove(input);
-    auto parsed = nlohmann::json::parse(output, nullptr, false);
-    if (parsed.is_discarded()) return {};
-    return parsed.get<std::vector<std::string>>();
-}
-
 TEST(Generation, RandomOutputsOfJsonSchemasValidate) {
     std::mt19937 rng(2026);
     GrammarCompiler compiler(deepseek_vocabulary());
@@ -63,7 +47,7 @@ TEST(Generation, RandomOutputsOfJsonSchemasValidate) {
                 cases.push_back({{"schema", nlohmann::json::parse(schema)}, {"text", *text}});
     }
     ASSERT_GT(cases.size(), 500u) << "of " << compiled << " schemas";
-    std::vector<std::string> verdicts = validate_with_python(cases);
+    std::vector<std::string> verdicts = deepinfer::test::validate_with_python(cases);
     ASSERT_EQ(verdicts.size(), cases.size()) << "python3 with jsonschema is needed (scripts/setup.sh installs it)";
     int invalid = 0, unjudged = 0;
     for (size_t i = 0; i < verdicts.size(); ++i) {

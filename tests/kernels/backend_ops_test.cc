@@ -215,6 +215,29 @@ TEST_P(BackendOps, DenseOps) {
         EXPECT_EQ(ia.data<int32_t>()[2], 0);
     }
 
+    for (int64_t cols : {7, 1000, 129280}) {  // structured output: masked rows, then the greedy pick
+        int64_t words = (cols + 31) / 32;
+        Tensor l = random_f32({5, cols}, rng, 5.0f), la = copy_of(l), lb = copy_of(l);
+        Tensor rows = Tensor::empty(DType::kI32, {3}), mask = Tensor::empty(DType::kI32, {3, words});
+        int32_t picked[3] = {4, 1, 2};  // rows 0 and 3 stay as they are
+        for (int i = 0; i < 3; ++i) rows.data<int32_t>()[i] = picked[i];
+        for (int64_t w = 0; w < 3 * words; ++w) mask.data<int32_t>()[w] = static_cast<int32_t>(rng() & rng());  // ~1/4 allowed
+        for (int64_t w = 0; w < words; ++w) mask.data<int32_t>()[2 * words + w] = 0;
+        mask.data<int32_t>()[2 * words + (cols - 1) / 32] = static_cast<int32_t>(1u << ((cols - 1) % 32));  // row 2: only the last id
+        cpu->apply_token_mask(la, rows, mask);
+        ref->apply_token_mask(lb, rows, mask);
+        EXPECT_EQ(std::memcmp(la.raw(), lb.raw(), la.nbytes()), 0) << "apply_token_mask over " << cols;
+        Tensor ids = Tensor::empty(DType::kI32, {5});
+        cpu->argmax_rows(la, ids);
+        for (int i = 0; i < 3; ++i) {
+            int32_t id = ids.data<int32_t>()[picked[i]];
+            uint32_t word = static_cast<uint32_t>(mask.data<int32_t>()[i * words + id / 32]);
+            EXPECT_TRUE(word >> (id % 32) & 1u) << "row " << picked[i] << " picked a masked token " << id;
+        }
+        EXPECT_EQ(ids.data<int32_t>()[2], cols - 1);
+        EXPECT_EQ(std::memcmp(la.raw(), l.raw(), cols * sizeof(float)), 0) << "an unlisted row changed";
+    }
+
     Tensor g = random_f32({5, 9}, rng, 3.0f), u = random_f32({5, 9}, rng, 3.0f);
     Tensor sa = Tensor::empty(DType::kF32, {5, 9}), sb = Tensor::empty(DType::kF32, {5, 9});
     cpu->swiglu(g, u, 2.0f, sa);

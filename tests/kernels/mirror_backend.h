@@ -117,6 +117,11 @@ public:
         dev_->reset_penalties(s, slot, prompt, output);
         down(s, state);
     }
+    void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) override {
+        Tensor o = up(logits);
+        dev_->apply_token_mask(o, up(rows), up(mask));
+        down(o, logits);
+    }
     void swiglu(const Tensor& gate, const Tensor& upv, float limit, Tensor& out) override {
         Tensor o = up(out);
         dev_->swiglu(up(gate), up(upv), limit, o);

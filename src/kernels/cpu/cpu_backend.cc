@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/error.h"
 #include "kernels/cpu/math.h"
@@ -149,6 +150,21 @@ void CpuBackend::argmax_rows(const Tensor& logits, Tensor& ids) {
         for (int64_t r = s; r < e; ++r) {
             const float* row = logits.data<float>() + r * cols;
             ids.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + cols) - row);  // first of equals
+        }
+    });
+}
+
+void CpuBackend::apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) {
+    int64_t cols = logits.dim(-1), num_rows = rows.numel(), words = (cols + 31) / 32;
+    DI_CHECK(cols > 0 && rows.dtype() == DType::kI32 && mask.dtype() == DType::kI32 && mask.numel() == num_rows * words,
+             "apply_token_mask: logits {}, rows {}, mask {}", logits.shape_string(), rows.shape_string(), mask.shape_string());
+    const auto* bits = reinterpret_cast<const uint32_t*>(mask.raw());
+    pool_.parallel_for(num_rows, 1, [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) {
+            float* row = logits.data<float>() + rows.data<int32_t>()[i] * cols;
+            const uint32_t* w = bits + i * words;
+            for (int64_t v = 0; v < cols; ++v)
+                if (!((w[v >> 5] >> (v & 31)) & 1u)) row[v] = -std::numeric_limits<float>::infinity();
         }
     });
 }

@@ -92,6 +92,8 @@ public:
     void sample_rows(const SampleArgs& args) override;
     void reset_penalties(Tensor& state, int32_t slot, std::span<const int32_t> prompt,
                          std::span<const int32_t> output) override;
+    void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) override;
+    void synchronize() override;
     void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
 
     void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale, const MhcParams& p,

@@ -107,6 +107,16 @@ void RefBackend::argmax_rows(const Tensor& logits, Tensor& ids) {
     }
 }
 
+void RefBackend::apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) {
+    int64_t cols = logits.dim(-1), words = (cols + 31) / 32;
+    DI_CHECK(mask.numel() == rows.numel() * words, "apply_token_mask: rows {}, mask {}", rows.shape_string(), mask.shape_string());
+    for (int64_t i = 0; i < rows.numel(); ++i)
+        for (int64_t v = 0; v < cols; ++v) {
+            uint32_t word = static_cast<uint32_t>(mask.data<int32_t>()[i * words + v / 32]);
+            if ((word & (1u << (v % 32))) == 0) logits.data<float>()[rows.data<int32_t>()[i] * cols + v] = -INFINITY;
+        }
+}
+
 void RefBackend::add(const Tensor& x, Tensor& y) {
     for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] += x.data<float>()[i];
 }

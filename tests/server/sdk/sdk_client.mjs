@@ -99,8 +99,34 @@ check('tools and tool_choice', async () => {
   }
   const streamed = await client.chat.completions.create({ model, messages, tools, max_tokens: 8, stream: true });
   for await (const chunk of streamed) assert.ok(chunk.choices.length === 1);
-  await expectError(client.chat.completions.create({ model, messages, tools, tool_choice: 'required', max_tokens: 4 }),
-                    OpenAI.BadRequestError, 400);
+  // A forced call of a named function, read through the SDK's types: the call is complete (the
+  // city's maxLength bounds the raw string) and its arguments satisfy the schema.
+  const bounded = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+                     properties: { city: { type: 'string', maxLength: 24 } }, required: ['city'] } } }];
+  const forced = await client.chat.completions.create({ model, messages: messages.slice(0, 1), tools: bounded,
+    temperature: 0, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 1200 });
+  assert.equal(forced.choices[0].finish_reason, 'tool_calls');
+  const call = forced.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, 'get_weather');
+  const city = JSON.parse(call.function.arguments).city;
+  assert.ok(typeof city === 'string' && [...city].length <= 24);
+  await expectError(client.chat.completions.create({ model, messages, tools, max_tokens: 4,
+    tool_choice: { type: 'function', function: { name: 'no_such_tool' } } }), OpenAI.BadRequestError, 400);
+});
+
+check('response_format json_schema', async () => {
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' }, n: { type: 'integer', minimum: 0, maximum: 9 } },
+                   required: ['ok', 'n'], additionalProperties: false };
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Reply in JSON.' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'reply', schema, strict: true } }, max_tokens: 300, seed: 3 });
+  if (r.choices[0].finish_reason === 'length') return;
+  const value = JSON.parse(r.choices[0].message.content);
+  assert.deepEqual(Object.keys(value), ['ok', 'n']);
+  assert.equal(typeof value.ok, 'boolean');
+  assert.ok(Number.isInteger(value.n) && value.n >= 0 && value.n <= 9);
+  await expectError(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'object', contains: {} } } } }),
+    OpenAI.BadRequestError, 400);
 });
 
 check('errors come back as the SDK error types', async () => {
