@@ -3,9 +3,9 @@
 # binaries built elsewhere (build-cuda/bin) and the shared libraries they need (.devcache/lib).
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on >= 5B random checkpoints, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
-# `gpu_run_cuda.sh tests` stops after the tests; `gpu_run_cuda.sh prefix` then runs the prefix-cache
-# benchmark; `gpu_run_cuda.sh ab SET...` then times kernel
-# variants; `gpu_run_cuda.sh profile` runs the tests, then only our benchmark with a per-op profile
+# `gpu_run_cuda.sh tests` stops after the tests (and the short device sampling benchmark);
+# `gpu_run_cuda.sh prefix` then runs the prefix-cache benchmark; `gpu_run_cuda.sh ab SET...` then
+# times kernel variants; `gpu_run_cuda.sh profile` runs the tests, then only our benchmark with a per-op profile
 # of one decode step per batch size and the per-kernel times of one batch-1 step (Nsight Compute,
 # scripts/ncu_kernel_table.py).
 set -uo pipefail
@@ -23,7 +23,8 @@ run() { timeout "$1" "${@:2}" 2>&1 | tee -a "$log" | tail -40; echo "rc=${PIPEST
 step device; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$log"
 # SKIP_TESTS=1 goes straight to the benchmark of the mode (e.g. a second call on a warm machine).
 if [ -z "${SKIP_TESTS:-}" ]; then
-step kernel ops vs reference; run 120 $bin/kernel_tests --gtest_filter='*cuda*'
+# Includes the device sampler against the reference and the host sampler (Backends/SamplingOps.*/cuda).
+step kernel ops vs reference; run 240 $bin/kernel_tests --gtest_filter='*cuda*'
 step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
 step engine tests on CUDA; DEEPINFER_TEST_DEVICE=cuda run 180 $bin/runtime_tests --gtest_filter='Engine*'
 step structured output in the engine on CUDA: mask kernel, device argmax vs the host sampler
@@ -37,6 +38,9 @@ DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEng
 # (issue 23); V4.1 and deepinfer-nano cases pass bit for bit.
 step prefix cache exactness and faults on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 300 $bin/prefix_cache_tests
+# Device sampling: the time to choose one token per 129,280-logit row and bring the ids back, next
+# to bringing the rows themselves back (what the host sampler needed).
+step device sampling benchmark; run 120 $bin/bench_sampling --device cuda --rows 1,8,64
 fi
 [ "${1:-}" = tests ] && exit 0
 # Benchmark checkpoints (make_random_v4 presets): gpu-5b (5.9B, small layers, 12 of them) and

@@ -161,6 +161,44 @@ struct HostTransfer {
     std::byte* host = nullptr;
 };
 
+// One row of Backend::sample_rows: how its token is chosen. The definition (the order of the
+// steps and their arithmetic) is stated in runtime/sampler.h; kernels/sampling_math.h holds the
+// arithmetic every backend shares.
+struct SampleRow {
+    float temperature = 1.0f;  // <= 0: greedy
+    int32_t top_k = 0;         // 0 (or >= vocab): off; 1: greedy
+    float top_p = 1.0f;        // >= 1: off
+    float min_p = 0.0f;        // <= 0: off
+    float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    // Row of the penalty state with this sequence's history; -1: none (no penalties read, the
+    // chosen token not recorded).
+    int32_t penalty_slot = -1;
+    uint64_t seed = 0;
+    int64_t position = 0;     // of the token being chosen (the draw's counter)
+    int32_t bias_begin = 0;   // this row's entries of SampleArgs::bias
+    int32_t bias_count = 0;
+    int32_t logprobs = -1;    // -1: none; 0: the chosen token's; N: also the top N (raw log-softmax)
+};
+
+struct LogitBias {
+    int32_t token = 0;
+    float bias = 0.0f;
+};
+
+// What Backend::sample_rows reads and writes. The rows' parameters and biases are host memory
+// (the step's metadata); tensors live on the backend's device.
+struct SampleArgs {
+    Tensor logits;                    // [rows, vocab] fp32
+    std::span<const SampleRow> rows;  // one per logits row
+    std::span<const LogitBias> bias;  // at most one entry per (row, token)
+    // [slots, vocab] int32 penalty words (kernels/sampling_math.h); needed when a row has a slot.
+    Tensor penalty_state;
+    Tensor tokens;                    // out [rows] int32
+    Tensor logprobs;                  // out [rows] fp32; needed when a row asks for logprobs
+    // out [rows, top] int32 / fp32, best first: the top N of rows asking for N > 0 (N <= top).
+    Tensor top_tokens, top_logprobs;
+};
+
 // How exactly matmul treats fp32 activations against bf16 weights where the device would round
 // them: kFast keeps ~16 mantissa bits (plenty for smooth models), kFp32 all 24 (for models whose
 // QAT fake quantisation turns tiny differences into different rounding decisions).
@@ -251,6 +289,13 @@ public:
     // ids[r] (int32) = the index of row r's largest logit, ties to the lower index: greedy
     // sampling where the logits are, so a greedy step brings back an id per row, not the rows.
     virtual void argmax_rows(const Tensor& logits, Tensor& ids) = 0;
+    // One token per row of args.logits, chosen as runtime/sampler.h defines (the same token on
+    // every backend for the same inputs); each row with a penalty slot counts its token there.
+    virtual void sample_rows(const SampleArgs& args) = 0;
+    // Sets row `slot` of a penalty state [slots, vocab] to one sequence's history: its prompt
+    // tokens flagged, its output tokens counted.
+    virtual void reset_penalties(Tensor& state, int32_t slot, std::span<const int32_t> prompt,
+                                 std::span<const int32_t> output) = 0;
     // Structured output, before sampling or argmax_rows: logits[rows[i], v] = -inf wherever bit
     // v % 32 of mask[i, v / 32] is clear. logits [R, V] fp32, rows [M] int32, mask [M, ceil(V / 32)]
     // int32 (bit patterns).

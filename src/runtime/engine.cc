@@ -110,7 +110,9 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
     start_prefix_cache();
     if (!config.trace_path.empty()) trace_.enable();
-    executor_ = std::make_unique<StepExecutor>(*model_, *cache_, &trace_);
+    // A step samples at most one row per sequence resident in the cache.
+    penalty_slots_ = std::make_unique<PenaltySlots>(cache_->max_seqs());
+    executor_ = std::make_unique<StepExecutor>(*model_, *cache_, &trace_, cache_->max_seqs());
     std::vector<int32_t> eos(model_->eos_token_ids().begin(), model_->eos_token_ids().end());
     if (auto e = tokenizer_->eos_id()) eos.push_back(*e);
     grammar_ = std::make_unique<GrammarService>(tokenizer_, static_cast<int32_t>(model_->vocab_size()), eos, config.structured);

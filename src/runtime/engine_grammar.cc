@@ -39,8 +39,8 @@ void EngineImpl::defer_sample(Sequence& s, const StepOutput& step, size_t mask_r
 }
 
 // Samples every late row whose mask is done now, from its kept logits with the mask applied on
-// the host (the same choice the step would have made: sampling depends only on the logits and
-// (seed, position)).
+// the host, with the host sampler (the same choice the device would have made: sampling depends
+// only on the logits, the history and (seed, position)).
 void EngineImpl::resolve_late_samples() {
     int64_t vocab = model_->vocab_size(), detokenize_us = 0;
     std::erase_if(late_samples_, [&](Sequence* s) {
@@ -55,6 +55,7 @@ void EngineImpl::resolve_late_samples() {
         g.late_masks.reset();
         g.late_logits = {};
         append_token(*s, std::move(out), detokenize_us);
+        penalty_slots_->release(s);  // its device penalty row lacks this token: rewritten when it next samples
         return true;
     });
 }

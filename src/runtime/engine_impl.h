@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "runtime/cache/prefix_cache.h"
+#include "runtime/penalty_slots.h"
 #include "runtime/grammar_masks.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
@@ -94,7 +95,8 @@ private:
     StepPlan plan_step(bool ahead);
     void launch(const StepPlan& plan);
     StepOutput wait_step();
-    std::vector<std::optional<SampleOutput>> sample_rows(const StepPlan& plan, const StepOutput& step);
+    void add_sample_row(Sequence& s, SampleJob& job);
+    std::vector<std::optional<SampleOutput>> sampled_rows(const StepPlan& plan, const StepOutput& step);
     void append_token(Sequence& s, SampleOutput out, int64_t& detokenize_us);
     // Structured output (engine_grammar.cc).
     std::shared_ptr<StepMasks> submit_masks(const StepPlan& plan);
@@ -138,6 +140,8 @@ private:
     std::map<RequestId, std::unique_ptr<RequestState>> requests_;
     std::map<RequestId, RequestEvent> pending_events_;
     uint64_t arrivals_ = 0;
+    uint64_t launches_ = 0;
+    std::unique_ptr<PenaltySlots> penalty_slots_;
     std::vector<Sequence*> late_samples_;  // sequences whose sample waits for a late mask
 
     mutable std::mutex stats_mutex_;

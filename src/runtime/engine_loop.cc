@@ -13,15 +13,6 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
     return std::chrono::duration<double>(b - a).count();
 }
 
-// Greedy with nothing that changes the logits first and no logprobs: the token is the row's
-// argmax, which the backend computes where the logits are (the same id the host sampler picks,
-// ties to the lower id), so such rows need not come back to the host.
-bool argmax_on_device(const SamplingParams& p) {
-    bool greedy = p.temperature <= 0.0f || p.top_k == 1;
-    return greedy && p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-           p.frequency_penalty == 0.0f && p.logprobs < 0;
-}
-
 }  // namespace
 
 void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
@@ -79,7 +70,8 @@ void EngineImpl::take_inbox(bool block) {
 void EngineImpl::launch(const StepPlan& plan) {
     TraceRecorder::Scope span(&trace_, "launch", trace_.enabled() ? nlohmann::json{{"tokens", plan.num_tokens()}, {"chunks", plan.chunks.size()}} : nullptr);
     model::Batch batch;
-    bool want_logits = false, want_argmax = false;
+    SampleJob job;
+    ++launches_;
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
         int32_t begin = static_cast<int32_t>(batch.token_ids.size());
@@ -88,7 +80,7 @@ void EngineImpl::launch(const StepPlan& plan) {
         batch.prompt_lengths.push_back(s->prompt_len);
         if (c.samples) {
             batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
-            (argmax_on_device(s->request->request.sampling) ? want_argmax : want_logits) = true;
+            add_sample_row(*s, job);
         }
         s->inflight = c.count;
         s->awaiting_sample = c.samples;
@@ -96,13 +88,30 @@ void EngineImpl::launch(const StepPlan& plan) {
     }
     cache_->describe(batch);  // the step must not read tables the planner is appending to
     if (prefix_cache_) batch.transfers = prefix_cache_->take_transfers();
-    executor_->launch(std::move(batch), want_logits, want_argmax, submit_masks(plan));
+    executor_->launch(std::move(batch), std::move(job), submit_masks(plan));
+}
+
+// The sampling row of a sequence whose chunk ends at its last token: the next token's position
+// is the draw's counter; a sequence with penalties gets its row of penalty state (its history is
+// written when the row is new to it).
+void EngineImpl::add_sample_row(Sequence& s, SampleJob& job) {
+    const SamplingParams& p = s.request->request.sampling;
+    kernels::SampleRow row = sample_row_of(p, s.seed, static_cast<int64_t>(s.tokens.size()));
+    row.bias_begin = static_cast<int32_t>(job.bias.size());
+    for (const auto& [token, bias] : p.logit_bias) job.bias.push_back({token, bias});
+    row.bias_count = static_cast<int32_t>(job.bias.size()) - row.bias_begin;
+    if (needs_penalty_state(p)) {
+        bool fresh = false;
+        row.penalty_slot = penalty_slots_->acquire(&s, launches_, fresh);
+        if (fresh)
+            job.resets.push_back({row.penalty_slot, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + s.prompt_len),
+                                  std::vector<int32_t>(s.tokens.begin() + s.prompt_len, s.tokens.end())});
+    }
+    job.rows.push_back(row);
 }
 
 // Each sampling row's token (with logprobs when asked); nothing for rows no longer wanted.
-std::vector<std::optional<SampleOutput>> EngineImpl::sample_rows(const StepPlan& plan, const StepOutput& step) {
-    TraceRecorder::Scope span(&trace_, "sample");
-    int64_t vocab = model_->vocab_size();
+std::vector<std::optional<SampleOutput>> EngineImpl::sampled_rows(const StepPlan& plan, const StepOutput& step) {
     std::vector<std::optional<SampleOutput>> outs;
     size_t mask_row = 0;  // grammar rows are the sampling rows with a matcher, in order
     for (const ScheduledChunk& c : plan.chunks) {
@@ -123,13 +132,11 @@ std::vector<std::optional<SampleOutput>> EngineImpl::sample_rows(const StepPlan&
         }
         const SamplingParams& p = rs->request.sampling;
         SampleOutput out;
-        if (argmax_on_device(p)) {
-            out.token = step.argmax.at(r);
-        } else {
-            std::span<const float> l(step.logits.data() + r * vocab, vocab);
-            std::span<const int32_t> prompt(s->tokens.data(), s->prompt_len);
-            std::span<const int32_t> output(s->tokens.data() + s->prompt_len, s->tokens.size() - s->prompt_len);
-            out = sample_token({l, &p, s->seed, static_cast<int64_t>(s->tokens.size()), prompt, output});
+        out.token = step.tokens.at(r);
+        if (p.logprobs >= 0) out.logprob = step.logprobs.at(r);
+        for (int i = 0; i < p.logprobs; ++i) {
+            size_t at = r * static_cast<size_t>(step.top_width) + static_cast<size_t>(i);
+            out.top.push_back({step.top_tokens.at(at), step.top_logprobs.at(at)});
         }
         outs.push_back(std::move(out));
     }
@@ -163,7 +170,7 @@ void EngineImpl::append_token(Sequence& s, SampleOutput out, int64_t& detokenize
 }
 
 void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
-    std::vector<std::optional<SampleOutput>> sampled = sample_rows(plan, step);
+    std::vector<std::optional<SampleOutput>> sampled = sampled_rows(plan, step);
     int64_t begin = trace_.enabled() ? trace_.now_us() : 0, detokenize_us = 0;
     size_t row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
@@ -211,6 +218,7 @@ void EngineImpl::finish_done_requests() {
         }
         if (!ev.sequences.empty() || done) outgoing.emplace_back(rs->stream, std::move(ev));
         if (done) {
+            for (auto& s : rs->sequences) penalty_slots_->release(s.get());
             rs->stream->detach();
             it = requests_.erase(it);
         } else {
@@ -269,6 +277,7 @@ void EngineImpl::fail_everything(const std::string& message) {
     }
     requests_.clear();
     pending_events_.clear();
+    penalty_slots_->release_all();
     late_samples_.clear();
 }
 

@@ -41,6 +41,7 @@ void Scheduler::preempt(Sequence* s) {
     s->cache_state = -1;
     s->num_computed = 0;
     s->window_from = s->compressed_until = s->indexed_until = 0;
+    ++s->preemptions;
     ++preemptions_;
     add(s);
 }

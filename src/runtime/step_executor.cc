@@ -1,27 +1,27 @@
 #include "runtime/step_executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 namespace deepinfer::runtime {
 
-StepExecutor::StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace)
-    : model_(model), cache_(cache), trace_(trace), thread_([this] { loop(); }) {}
+StepExecutor::StepExecutor(model::CausalLm& model, model::SequenceCache& cache, TraceRecorder* trace, int penalty_slots)
+    : model_(model), cache_(cache), trace_(trace), penalty_slots_(penalty_slots), thread_([this] { loop(); }) {}
 
 StepExecutor::~StepExecutor() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
+        cv_.notify_all();
     }
-    cv_.notify_all();
     thread_.join();
 }
 
-void StepExecutor::launch(model::Batch batch, bool want_logits, bool want_argmax, std::shared_ptr<StepMasks> masks) {
+void StepExecutor::launch(model::Batch batch, SampleJob job, std::shared_ptr<StepMasks> masks) {
     std::lock_guard<std::mutex> lock(mutex_);
     batch_ = std::move(batch);
-    want_logits_ = want_logits;
-    want_argmax_ = want_argmax;
+    job_ = std::move(job);
     masks_ = std::move(masks);
     has_job_ = true;
     done_ = false;
@@ -56,8 +56,7 @@ std::vector<int32_t> StepExecutor::apply_masks(Tensor& logits, StepMasks& masks)
     return late;
 }
 
-StepOutput StepExecutor::run(model::Batch& batch, bool want_logits, bool want_argmax, std::shared_ptr<StepMasks> masks) {
-    StepOutput out;
+StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_ptr<StepMasks> masks) {
     Tensor logits;
     {
         TraceRecorder::Scope span(trace_, "forward",
@@ -68,32 +67,67 @@ StepOutput StepExecutor::run(model::Batch& batch, bool want_logits, bool want_ar
     if (masks) {
         TraceRecorder::Scope span(trace_, "masks");
         late = apply_masks(logits, *masks);
+        // A late row's token is drawn on the host once its mask is done: its device draw is
+        // thrown away and must not be counted in its penalty row.
+        for (int32_t i : late) job.rows.at(static_cast<size_t>(masks->logit_row(i))).penalty_slot = -1;
     }
-    TraceRecorder::Scope span(trace_, "download");
+    StepOutput out;
+    if (!job.rows.empty()) sample(logits, job, out);
+    if (masks) download_late_rows(logits, *masks, late, out);
+    out.masks = std::move(masks);
+    return out;
+}
+
+// The unmasked logits of each late grammar row.
+void StepExecutor::download_late_rows(const Tensor& logits, const StepMasks& masks, const std::vector<int32_t>& late,
+                                      StepOutput& out) {
     kernels::Backend& backend = model_.backend();
     int64_t vocab = logits.dim(-1);
-    if (want_argmax && logits.numel() > 0) {
-        Tensor ids = backend.empty(DType::kI32, {logits.numel() / vocab});
-        backend.argmax_rows(logits, ids);
-        out.argmax.resize(static_cast<size_t>(ids.numel()));
-        backend.download(ids, out.argmax.data());
-    }
-    if (want_logits) {
-        out.logits.resize(static_cast<size_t>(logits.numel()));
-        backend.download(logits, out.logits.data());
-    }
-    if (masks) out.late_logits.resize(masks->size());
+    out.late_logits.resize(masks.size());
     for (int32_t i : late) {
         std::vector<float>& row = out.late_logits[i];
         row.resize(static_cast<size_t>(vocab));
         Tensor one = Tensor::empty(DType::kI32, {1});
-        one.data<int32_t>()[0] = masks->logit_row(i);
+        one.data<int32_t>()[0] = masks.logit_row(i);
         Tensor gathered = backend.empty(DType::kF32, {1, vocab});
         backend.gather_rows(logits, backend.upload(one), gathered);
         backend.download(gathered, row.data());
     }
-    out.masks = std::move(masks);
-    return out;
+}
+
+// Samples every logit row on the backend; only the tokens (and asked-for logprobs) come back.
+void StepExecutor::sample(const Tensor& logits, const SampleJob& job, StepOutput& out) {
+    TraceRecorder::Scope span(trace_, "sample", trace_->enabled() ? nlohmann::json{{"rows", job.rows.size()}} : nullptr);
+    kernels::Backend& backend = model_.backend();
+    int64_t rows = static_cast<int64_t>(job.rows.size());
+    for (const PenaltyReset& r : job.resets) {
+        if (!penalty_state_.defined()) penalty_state_ = backend.zeros(DType::kI32, {penalty_slots_, logits.dim(-1)});
+        backend.reset_penalties(penalty_state_, r.slot, r.prompt, r.output);
+    }
+    bool logprobs = false;
+    for (const kernels::SampleRow& row : job.rows) {
+        logprobs = logprobs || row.logprobs >= 0;
+        out.top_width = std::max(out.top_width, row.logprobs);
+    }
+    kernels::SampleArgs args{logits, job.rows, job.bias, penalty_state_, backend.empty(DType::kI32, {rows})};
+    if (logprobs) args.logprobs = backend.empty(DType::kF32, {rows});
+    if (out.top_width > 0) {
+        args.top_tokens = backend.empty(DType::kI32, {rows, out.top_width});
+        args.top_logprobs = backend.empty(DType::kF32, {rows, out.top_width});
+    }
+    backend.sample_rows(args);
+    out.tokens.resize(static_cast<size_t>(rows));
+    backend.download(args.tokens, out.tokens.data());
+    if (logprobs) {
+        out.logprobs.resize(static_cast<size_t>(rows));
+        backend.download(args.logprobs, out.logprobs.data());
+    }
+    if (out.top_width > 0) {
+        out.top_tokens.resize(static_cast<size_t>(args.top_tokens.numel()));
+        out.top_logprobs.resize(out.top_tokens.size());
+        backend.download(args.top_tokens, out.top_tokens.data());
+        backend.download(args.top_logprobs, out.top_logprobs.data());
+    }
 }
 
 void StepExecutor::loop() {
@@ -104,13 +138,13 @@ void StepExecutor::loop() {
         if (stop_) return;
         has_job_ = false;
         model::Batch batch = std::move(batch_);
-        bool want_logits = want_logits_, want_argmax = want_argmax_;
+        SampleJob job = std::move(job_);
         std::shared_ptr<StepMasks> masks = std::move(masks_);
         lock.unlock();
         StepOutput out;
         std::exception_ptr error;
         try {
-            out = run(batch, want_logits, want_argmax, std::move(masks));
+            out = run(batch, job, std::move(masks));
         } catch (...) {
             error = std::current_exception();
         }

@@ -98,6 +98,25 @@ public:
         dev_->argmax_rows(up(logits), o);
         down(o, ids);
     }
+    void sample_rows(const SampleArgs& a) override {
+        SampleArgs d = a;
+        d.logits = up(a.logits);
+        d.penalty_state = up_if_defined(a.penalty_state);
+        d.tokens = up(a.tokens);
+        d.logprobs = up_if_defined(a.logprobs);
+        d.top_tokens = up_if_defined(a.top_tokens);
+        d.top_logprobs = up_if_defined(a.top_logprobs);
+        dev_->sample_rows(d);
+        for (auto [dev, host] : {std::pair{&d.penalty_state, &a.penalty_state}, {&d.tokens, &a.tokens}, {&d.logprobs, &a.logprobs},
+                                 {&d.top_tokens, &a.top_tokens}, {&d.top_logprobs, &a.top_logprobs}})
+            if (host->defined()) down(*dev, *host);
+    }
+    void reset_penalties(Tensor& state, int32_t slot, std::span<const int32_t> prompt,
+                         std::span<const int32_t> output) override {
+        Tensor s = up(state);
+        dev_->reset_penalties(s, slot, prompt, output);
+        down(s, state);
+    }
     void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) override {
         Tensor o = up(logits);
         dev_->apply_token_mask(o, up(rows), up(mask));
@@ -265,6 +284,7 @@ private:
     Tensor up(const Tensor& host) { return dev_->upload(host); }
     Rope up(const Rope& r) { return {up(r.inv_freq), r.rope_dim, r.scale}; }
     EntryStore up(const EntryStore& s) { return {up(s.pool), s.tables}; }
+    Tensor up_if_defined(const Tensor& host) { return host.defined() ? up(host) : Tensor(); }
     void down(const Tensor& dev, const Tensor& host) { dev_->download(dev, host.raw()); }
 
     std::unique_ptr<Backend> dev_;

@@ -1,39 +1,51 @@
-// The sampler against the definitions: empirical frequencies over many (seed, position) draws
-// follow the filtered, renormalised softmax; penalties and bias move the right logits; logprobs
-// are the raw log-softmax.
+// The host sampler against the definitions: token frequencies over 10^5 (seed, position) draws
+// pass a chi-square test against the exact filtered, renormalised softmax (computed on its own in
+// double arithmetic), with and without penalties and bias; penalties and bias move the right
+// logits; logprobs are the raw log-softmax.
 #include "runtime/sampler.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
+#include <set>
 
-#include "runtime/rng.h"
+#include "base/error.h"
+#include "kernels/sampling_math.h"
+#include "runtime/penalty_slots.h"
+#include "runtime/sequence.h"
+#include "tests/sampling_stats.h"
 
 namespace deepinfer::runtime {
 namespace {
 
-std::vector<float> logits_for(const std::vector<double>& probs) {
-    std::vector<float> l;
-    for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
+using kernels::sampling::random_bits53;
+
+// Token counts of `draws` samples, each at its own position under one seed.
+std::vector<int64_t> counts_of(const std::vector<float>& logits, const SamplingParams& p, int draws,
+                               std::span<const int32_t> prompt = {}, std::span<const int32_t> output = {}) {
+    std::vector<int64_t> counts(logits.size(), 0);
+    for (int i = 0; i < draws; ++i) counts[sample_token({logits, &p, 1234, i, prompt, output}).token]++;
+    return counts;
+}
+
+std::vector<float> random_logits(int vocab, float scale, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (float& v : l) v = dist(rng);
     return l;
 }
 
-std::map<int32_t, double> frequencies(const std::vector<float>& logits, const SamplingParams& p, int draws) {
-    std::map<int32_t, double> f;
-    for (int i = 0; i < draws; ++i) {
-        SampleInput in{logits, &p, static_cast<uint64_t>(i / 100), i % 100, {}, {}};
-        f[sample_token(in).token] += 1.0 / draws;
-    }
-    return f;
-}
-
 TEST(Rng, IsAPureFunctionOfSeedAndPosition) {
-    EXPECT_EQ(uniform01(5, 17), uniform01(5, 17));
-    EXPECT_NE(uniform01(5, 17), uniform01(5, 18));
-    EXPECT_NE(uniform01(5, 17), uniform01(6, 17));
+    EXPECT_EQ(random_bits53(5, 17), random_bits53(5, 17));
+    EXPECT_NE(random_bits53(5, 17), random_bits53(5, 18));
+    EXPECT_NE(random_bits53(5, 17), random_bits53(6, 17));
     double mean = 0;
-    for (int i = 0; i < 100000; ++i) mean += uniform01(1, i) / 100000;
+    for (int i = 0; i < 100000; ++i) mean += static_cast<double>(random_bits53(1, i)) * 0x1.0p-53 / 100000;
     EXPECT_NEAR(mean, 0.5, 0.005);
 }
 
@@ -44,30 +56,54 @@ TEST(Sampler, GreedyTakesTheArgmaxLowestIdOnTies) {
     EXPECT_EQ(sample_token({l, &p, 1, 0, {}, {}}).token, 1);
 }
 
-TEST(Sampler, FrequenciesFollowTheFilteredDistribution) {
-    std::vector<float> l = logits_for({0.5, 0.3, 0.15, 0.05});
+// 10^5 draws per configuration: temperature, top-k, top-p, min-p and their combinations.
+TEST(Sampler, FrequenciesFollowTheExactDistribution) {
+    std::vector<float> l = random_logits(500, 2.5f, 7);
+    std::vector<double> z(l.begin(), l.end());
+    auto params = [](float t, int k, float top_p, float min_p) {
+        SamplingParams p;
+        p.temperature = t, p.top_k = k, p.top_p = top_p, p.min_p = min_p;
+        return p;
+    };
+    for (const SamplingParams& p : {params(1.0f, 0, 1.0f, 0.0f), params(0.6f, 40, 1.0f, 0.0f), params(1.0f, 0, 0.8f, 0.0f),
+                                    params(1.3f, 0, 1.0f, 0.02f), params(0.9f, 100, 0.9f, 0.01f)}) {
+        constexpr int kDraws = 100000;
+        std::vector<double> expect = test::exact_distribution(z, {p.temperature, p.top_k, p.top_p, p.min_p});
+        test::ChiSquare c = test::chi_square(expect, counts_of(l, p, kDraws), kDraws);
+        EXPECT_TRUE(c.passes()) << c.describe() << "; temperature " << p.temperature << " top_k " << p.top_k << " top_p "
+                                << p.top_p << " min_p " << p.min_p;
+    }
+}
+
+// Penalties over the prompt and output and a logit bias change the logits as defined; the draws
+// follow the softmax of the changed logits (10^5 draws).
+TEST(Sampler, PenalizedFrequenciesFollowTheExactDistribution) {
+    std::vector<float> l = random_logits(500, 2.0f, 8);
     SamplingParams p;
-    auto f = frequencies(l, p, 20000);
-    EXPECT_NEAR(f[0], 0.5, 0.02);
-    EXPECT_NEAR(f[3], 0.05, 0.01);
-    p.temperature = 2.0f;  // flattens: p ∝ sqrt(p0)
-    double z = std::sqrt(0.5) + std::sqrt(0.3) + std::sqrt(0.15) + std::sqrt(0.05);
-    EXPECT_NEAR(frequencies(l, p, 20000)[0], std::sqrt(0.5) / z, 0.02);
-    p = {};
-    p.top_k = 2;
-    f = frequencies(l, p, 20000);
-    EXPECT_NEAR(f[0], 0.625, 0.02);
-    EXPECT_EQ(f.count(2) + f.count(3), 0u);
-    p = {};
-    p.top_p = 0.75f;  // 0.5 + 0.3 passes 0.75: two candidates
-    f = frequencies(l, p, 20000);
-    EXPECT_NEAR(f[1], 0.375, 0.02);
-    EXPECT_EQ(f.count(2), 0u);
-    p = {};
-    p.min_p = 0.25f;  // keeps p >= 0.125: three candidates
-    f = frequencies(l, p, 20000);
-    EXPECT_NEAR(f[2], 0.15 / 0.95, 0.015);
-    EXPECT_EQ(f.count(3), 0u);
+    p.temperature = 0.8f;
+    p.top_p = 0.95f;
+    p.repetition_penalty = 1.4f;
+    p.presence_penalty = 0.7f;
+    p.frequency_penalty = 0.3f;
+    std::vector<int32_t> by_value(l.size());
+    std::iota(by_value.begin(), by_value.end(), 0);
+    std::sort(by_value.begin(), by_value.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    // Penalised and biased tokens among the most probable, where the changes show.
+    std::vector<int32_t> prompt = {by_value[0], by_value[3], by_value[7], 300};
+    std::vector<int32_t> output = {by_value[1], by_value[1], by_value[1], by_value[3], by_value[12]};
+    p.logit_bias = {{by_value[2], -1.5f}, {by_value[40], 3.0f}, {by_value[5], 0.5f}};
+    std::vector<double> z(l.begin(), l.end());
+    for (const auto& [t, b] : p.logit_bias) z[t] += b;
+    std::map<int32_t, int> seen_in_output;
+    for (int32_t t : output) seen_in_output[t]++;
+    std::set<int32_t> seen(prompt.begin(), prompt.end());
+    seen.insert(output.begin(), output.end());
+    for (int32_t t : seen) z[t] = z[t] > 0 ? z[t] / p.repetition_penalty : z[t] * p.repetition_penalty;
+    for (const auto& [t, c] : seen_in_output) z[t] -= p.frequency_penalty * c + p.presence_penalty;
+    constexpr int kDraws = 100000;
+    std::vector<double> expect = test::exact_distribution(z, {p.temperature, 0, p.top_p, 0.0});
+    test::ChiSquare c = test::chi_square(expect, counts_of(l, p, kDraws, prompt, output), kDraws);
+    EXPECT_TRUE(c.passes()) << c.describe();
 }
 
 TEST(Sampler, PenaltiesAndBias) {
@@ -105,6 +141,41 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
     EXPECT_EQ(out.top[0].token, 1);
     EXPECT_NEAR(out.top[0].logprob, 2.0 - z, 1e-5);
     EXPECT_EQ(out.top[1].token, 0);
+}
+
+// Rows of penalty state: a sequence keeps its row (rewritten after a preemption); a new one takes
+// a free row, else the row sampled longest ago, never one of the current step; a released row is
+// free again.
+TEST(PenaltySlots, KeepsRowsAndTakesOverTheLeastRecentlySampled) {
+    std::vector<Sequence> seqs(4);
+    PenaltySlots slots(2);
+    bool fresh = false;
+    int a = slots.acquire(&seqs[0], 1, fresh);
+    EXPECT_TRUE(fresh);
+    int b = slots.acquire(&seqs[1], 1, fresh);
+    EXPECT_TRUE(fresh);
+    EXPECT_NE(a, b);
+    EXPECT_EQ(slots.acquire(&seqs[1], 2, fresh), b);
+    EXPECT_FALSE(fresh);
+    EXPECT_EQ(slots.acquire(&seqs[0], 2, fresh), a);
+    EXPECT_FALSE(fresh);
+    EXPECT_THROW(slots.acquire(&seqs[2], 2, fresh), Error);  // both rows are sampled in step 2
+    EXPECT_EQ(slots.acquire(&seqs[0], 3, fresh), a);
+    EXPECT_EQ(slots.acquire(&seqs[2], 4, fresh), b);          // seqs[1] was sampled longest ago
+    EXPECT_TRUE(fresh);
+    EXPECT_EQ(slots.acquire(&seqs[1], 5, fresh), a);          // its history is written again
+    EXPECT_TRUE(fresh);
+    ++seqs[2].preemptions;  // its history is written again when it next samples
+    EXPECT_EQ(slots.acquire(&seqs[2], 5, fresh), b);
+    EXPECT_TRUE(fresh);
+    EXPECT_EQ(slots.acquire(&seqs[2], 6, fresh), b);
+    EXPECT_FALSE(fresh);
+    slots.release(&seqs[2]);
+    EXPECT_EQ(slots.acquire(&seqs[3], 7, fresh), b);
+    EXPECT_TRUE(fresh);
+    slots.release_all();
+    EXPECT_EQ(slots.acquire(&seqs[1], 8, fresh), 0);
+    EXPECT_TRUE(fresh);
 }
 
 TEST(SamplingParams, ValidationNamesTheField) {

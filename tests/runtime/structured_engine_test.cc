@@ -61,6 +61,9 @@ std::vector<GenerationRequest> mixed_requests() {
         r.sampling.seed = 100 + i;
         if (i % 4 == 1) r.grammar = regex("[0-9]{3}-[a-z]{2,4}(, [0-9]{3}-[a-z]{2,4}){0,3}");
         if (i % 4 == 3) r.grammar = {GrammarSpec::Kind::kJsonSchema, kSchema};
+        // Sampled grammar rows with penalties: a late row's token is drawn on the host, and the
+        // device penalty row must count it for the draws after.
+        if (i % 6 == 5) r.sampling.frequency_penalty = 0.8f, r.sampling.repetition_penalty = 1.3f;
         out.push_back(r);
     }
     return out;

@@ -25,6 +25,9 @@ public:
     void add(const Tensor& x, Tensor& y) override;
     void copy(const Tensor& src, Tensor& dst) override;
     void argmax_rows(const Tensor& logits, Tensor& ids) override;
+    void sample_rows(const SampleArgs& args) override;
+    void reset_penalties(Tensor& state, int32_t slot, std::span<const int32_t> prompt,
+                         std::span<const int32_t> output) override;
     void apply_token_mask(Tensor& logits, const Tensor& rows, const Tensor& mask) override;
     void swiglu(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override;
 
