@@ -4,7 +4,7 @@
 #  - `deepinfer generate --prompts` 64 prompts (about 128 tokens) x 256 output tokens, greedy and
 #    temperature 1 (its summary line: output tok/s after loading);
 #  - `deepinfer bench` greedy vs temperature 1, and with --trace (the trace's cost), at the
-#    concurrencies in CONCURRENCY (default "1 64"), 512 prompt / 128 output tokens;
+#    concurrencies in CONCURRENCY (default "1 64"), 512 prompt / 128 output tokens (TRACE=0: no traced run);
 #  - with `curve` (or `curve-only`, without the above): `deepinfer serve --device cuda` under
 #    bench/serve_curve.sh (RATES, CURVE_CONCURRENCY);
 #  - `structured`: only `deepinfer bench --json-schema bench/schemas/records.json` at concurrency
@@ -44,8 +44,8 @@ fi
         timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 --output-len 128 \
             --temperature $t --json | tee -a "$out/bench.jsonl"
     done
-    timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 --output-len 128 \
-        --temperature 1 --trace "$out/trace_c$c.json" --json | tee -a "$out/bench_traced.jsonl"
+    [ "${TRACE:-1}" = 0 ] || timeout 300 $bin/deepinfer bench "${engine[@]}" --num-prompts $n --concurrency $c --input-len 512 \
+        --output-len 128 --temperature 1 --trace "$out/trace_c$c.json" --json | tee -a "$out/bench_traced.jsonl"
 done
 if [ "${1:-}" = curve ] || [ "${1:-}" = curve-only ]; then
     BIN=$bin/deepinfer SERVE_ARGS="${engine[*]}" RATES="${RATES:-1 4 16}" CONCURRENCY="${CURVE_CONCURRENCY:-1 16 64}" \
