@@ -114,7 +114,8 @@ TEST(Router, SharedPrefixLandsOnTheReplicaHoldingIt) {
 TEST(Router, SigtermDrainsRunningRequests) {
     ServeProcess a(instance_args());
     ASSERT_GT(a.port(), 0);
-    auto router = start_router({"--replica", at(a)});
+    // A grace period longer than the stream takes on a loaded 2-core CI machine.
+    auto router = start_router({"--replica", at(a), "--shutdown-grace", "600"});
     ASSERT_GT(router->port(), 0);
     json prompt = make_prompts(1, 7)[0];
     auto call = std::async(std::launch::async, [&] {
@@ -125,7 +126,7 @@ TEST(Router, SigtermDrainsRunningRequests) {
     });
     for (int i = 0; i < 600 && metric(a.port(), "deepinfer_running_batch") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "the request ended before the signal";
-    auto [status, seconds] = router->terminate(120);
+    auto [status, seconds] = router->terminate(600);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the router did not exit cleanly";
     EXPECT_GE(call.get(), 1) << "the running request was not allowed to finish";
 }

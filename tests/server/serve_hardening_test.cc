@@ -96,7 +96,13 @@ TEST_F(ServeHardening, WrongJsonTypesAre400AndCounted) {
         EXPECT_EQ(status, 400) << body << " -> " << reply;
         EXPECT_EQ(reply["error"]["type"], "invalid_request_error") << body;
     }
-    double after = test::metric_value(metrics(), "deepinfer_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}");
+    // A reply is counted after it is written: wait (bounded) for the last one to be counted.
+    double after = 0;
+    for (int i = 0; i < 100; ++i) {
+        after = test::metric_value(metrics(), "deepinfer_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}");
+        if (after - std::max(before, 0.0) >= 5.0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     EXPECT_EQ(after - std::max(before, 0.0), 5.0);
 }
 
