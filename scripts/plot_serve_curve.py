@@ -13,7 +13,12 @@ import math
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B, GAP = 760, 580, 70, 20, 66, 50, 40
 SERIES = [("p50", ""), ("p99", "6,4")]  # percentile, dash
-COLORS = {"rate": "#1f77b4", "concurrency": "#2ca02c"}  # one line per sweep kind
+COLORS = {"rate": "#1f77b4", "concurrency": "#2ca02c"}  # one line per sweep kind ("mode")
+PANELS = ["time to first token (ms)", "time per output token (ms)"]
+
+
+def LABEL(r):  # a point's label
+    return f"{r['rate']:g}/s" if r["mode"] == "rate" else f"c={r['concurrency']}"
 
 
 def nice_ticks(lo, hi, n=5):
@@ -72,13 +77,12 @@ def main():
     a = ap.parse_args()
     rows = [json.loads(line) for line in open(a.sweep) if line.strip()]
     rows.sort(key=lambda r: r["output_tokens_per_s"])
-    label = lambda r: f"{r['rate']:g}/s" if r["mode"] == "rate" else f"c={r['concurrency']}"
     x_max = max(r["output_tokens_per_s"] for r in rows) * 1.1
     h = (H - PAD_T - PAD_B - GAP) / 2
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
            f'<rect width="{W}" height="{H}" fill="white"/>', f'<text x="{W / 2}" y="18" font-size="14" text-anchor="middle">{a.title}</text>']
-    panel(out, rows, "ttft_ms", "time to first token (ms)", PAD_T, h, x_max, label)
-    sx = panel(out, rows, "tpot_ms", "time per output token (ms)", PAD_T + h + GAP, h, x_max, label)
+    panel(out, rows, "ttft_ms", PANELS[0], PAD_T, h, x_max, LABEL)
+    sx = panel(out, rows, "tpot_ms", PANELS[1], PAD_T + h + GAP, h, x_max, LABEL)
     base = PAD_T + 2 * h + GAP
     for t in nice_ticks(0, x_max):
         if t <= x_max:

@@ -111,7 +111,8 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
         out += "# HELP deepinfer_rejected_total Requests and connections refused by a server limit, by reason.\n"
                "# TYPE deepinfer_rejected_total counter\n";
         for (const auto& [reason, n] : rejected_) out += fmt::format("deepinfer_rejected_total{{reason=\"{}\"}} {}\n", reason, n);
-        out += "# HELP deepinfer_pd_transfers_total Prompt states fetched from a prefill instance, by result (failed = computed locally).\n"
+        out += "# HELP deepinfer_pd_transfers_total Prompt states fetched from a prefill instance, by result (failed = computed "
+               "locally; skipped = shorter than a span, computed locally without asking).\n"
                "# TYPE deepinfer_pd_transfers_total counter\n";
         for (const auto& [key, n] : transfers_)
             out += fmt::format("deepinfer_pd_transfers_total{{result=\"{}\",transport=\"{}\"}} {}\n", key.first, key.second, n);

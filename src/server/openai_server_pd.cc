@@ -4,6 +4,8 @@
 // is then a prefix-cache hit). A failed fetch costs only time: the call runs with a local prefill.
 #include "server/openai_server.h"
 
+#include <algorithm>
+
 #include "base/logging.h"
 #include "cluster/pd/prefill_fetch.h"
 #include "cluster/pd/prefill_service.h"
@@ -52,6 +54,13 @@ void OpenAiServer::prefill_then_submit(const std::shared_ptr<Exchange>& ex, cons
     auto local = [this, ex, endpoint, shared_call, arrival](PdTiming timing = {}) {
         submit_completion(ex, endpoint, std::move(*shared_call), arrival, timing);
     };
+    // State travels in whole prefix-cache spans: a call whose prompts are all shorter than one has
+    // nothing to fetch, and asking would only compute its prompt twice.
+    int64_t span = engine_.stats().prefix_cache.span_tokens;
+    if (std::none_of(prompts.begin(), prompts.end(), [span](const auto& p) { return static_cast<int64_t>(p.size()) >= span; })) {
+        metrics_.transfer("skipped", "none", 0, 0);
+        return local();
+    }
     cluster::HttpTarget target;
     try {
         target = cluster::parse_target(prefill);

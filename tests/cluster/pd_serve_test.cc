@@ -80,6 +80,21 @@ TEST_F(PdServe, StateInTheHttpBodyAnswersTheSame) {
     EXPECT_EQ(metric(decode_->port(), "deepinfer_pd_transfers_total{result=\"ok\",transport=\"http\"}"), before + 2);
 }
 
+// A prompt shorter than one prefix-cache span has no state to ship: the decode instance computes
+// it without asking (asking would compute it twice).
+TEST_F(PdServe, PromptShorterThanASpanIsComputedWithoutAsking) {
+    ASSERT_GT(decode_->port(), 0);
+    json prompt = json::array();
+    std::mt19937 rng(std::random_device{}());
+    for (int i = 0; i < 20; ++i) prompt.push_back(2 + static_cast<int>(rng() % 4000));
+    auto asked = [&] { return metric(prefill_->port(), "deepinfer_requests_total{endpoint=\"/internal/prefill\",status=\"200\"}"); };
+    const std::string skipped = "deepinfer_pd_transfers_total{result=\"skipped\",transport=\"none\"}";
+    double asked_before = asked(), skipped_before = metric(decode_->port(), skipped);
+    EXPECT_EQ(complete(decode_->port(), prompt), complete(reference_->port(), prompt));
+    EXPECT_EQ(metric(decode_->port(), skipped), skipped_before + 1);
+    EXPECT_EQ(asked(), asked_before);
+}
+
 TEST_F(PdServe, BadPrefillCallsAreRefusedCleanly) {
     ASSERT_GT(prefill_->port(), 0);
     for (const std::string body : {"", "{}", R"({"prompts":[[]]})", R"({"prompts":[[-1]]})", R"({"prompts":[[99999999]]})", "[1,2",

@@ -1,5 +1,6 @@
 // `deepinfer router` in front of `deepinfer serve` processes on loopback, with the bundled model:
-// prefill/decode pairs answer as one instance does; a killed instance loses no request silently
+// prefill/decode pairs answer as one instance does; a killed instance (replica, prefill or decode)
+// loses no request silently
 // (each gets its whole answer or an error); requests sharing a prefix land on the replica that
 // holds it; SIGTERM drains.
 #include <gtest/gtest.h>
@@ -60,25 +61,21 @@ int stream_tokens(int port, const json& prompt, int max_tokens, bool* errored) {
     return done ? chunks : -chunks - 1;
 }
 
-TEST(Router, AKilledInstanceLosesNoRequestSilently) {
-    ServeProcess a(instance_args()), b(instance_args());
-    ASSERT_GT(a.port(), 0);
-    ASSERT_GT(b.port(), 0);
-    auto router = start_router({"--replica", at(a) + "," + at(b), "--cache-weight", "0"});
-    ASSERT_GT(router->port(), 0);
-    std::vector<json> prompts = make_prompts(8, std::random_device{}());
-    constexpr int kTokens = 64;
-    std::vector<std::future<std::pair<int, bool>>> calls;
+using StreamCalls = std::vector<std::future<std::pair<int, bool>>>;
+
+StreamCalls stream_all(int port, const std::vector<json>& prompts, int max_tokens) {
+    StreamCalls calls;
     for (const auto& p : prompts)
-        calls.push_back(std::async(std::launch::async, [&, p] {
+        calls.push_back(std::async(std::launch::async, [=] {
             bool errored = false;
-            int n = stream_tokens(router->port(), p, kTokens, &errored);
+            int n = stream_tokens(port, p, max_tokens, &errored);
             return std::make_pair(n, errored);
         }));
-    // Once both instances are busy, one dies without a word.
-    for (int i = 0; i < 600 && (metric(a.port(), "deepinfer_running_batch") < 1 || metric(b.port(), "deepinfer_running_batch") < 1); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    kill(b.pid(), SIGKILL);
+    return calls;
+}
+
+// Every stream got its whole answer or an error; returns how many were whole.
+int expect_whole_or_errored(StreamCalls& calls) {
     int whole = 0, errors = 0;
     for (auto& c : calls) {
         auto [n, errored] = c.get();
@@ -86,11 +83,63 @@ TEST(Router, AKilledInstanceLosesNoRequestSilently) {
         else if (n >= 1) ++whole;
         else ADD_FAILURE() << "a stream ended short without an error (" << n << ")";
     }
-    EXPECT_EQ(whole + errors, static_cast<int>(prompts.size()));
-    EXPECT_GT(whole, 0);
+    EXPECT_EQ(whole + errors, static_cast<int>(calls.size()));
+    return whole;
+}
+
+bool wait_for_metric(int port, const std::string& series, double at_least, int tenths_of_seconds = 1200) {
+    for (int i = 0; i < tenths_of_seconds; ++i) {
+        if (metric(port, series) >= at_least) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+}
+
+TEST(Router, AKilledInstanceLosesNoRequestSilently) {
+    ServeProcess a(instance_args()), b(instance_args());
+    ASSERT_GT(a.port(), 0);
+    ASSERT_GT(b.port(), 0);
+    auto router = start_router({"--replica", at(a) + "," + at(b), "--cache-weight", "0"});
+    ASSERT_GT(router->port(), 0);
+    StreamCalls calls = stream_all(router->port(), make_prompts(8, std::random_device{}()), 64);
+    // Once both instances are busy, one dies without a word.
+    wait_for_metric(a.port(), "deepinfer_running_batch", 1);
+    wait_for_metric(b.port(), "deepinfer_running_batch", 1);
+    kill(b.pid(), SIGKILL);
+    EXPECT_GT(expect_whole_or_errored(calls), 0);
     // A request that had streamed nothing moved to the live instance, or the stream said it broke.
     EXPECT_GE(metric(router->port(), "deepinfer_router_retries_total") + metric(router->port(), "deepinfer_router_broken_streams_total"), 1);
     b.terminate(5);
+}
+
+// The PD members die in turn: a prefill instance while it prefills (its decode partners compute
+// those prompts themselves), then a decode instance while it decodes (its calls move or break
+// with an error). No call is lost silently.
+TEST(Router, KilledPrefillAndDecodeInstancesLoseNoRequestSilently) {
+    ServeProcess p1(instance_args({"--role", "prefill"})), p2(instance_args({"--role", "prefill"}));
+    ServeProcess d1(instance_args({"--role", "decode"})), d2(instance_args({"--role", "decode"}));
+    for (auto* p : {&p1, &p2, &d1, &d2}) ASSERT_GT(p->port(), 0) << "an instance did not start";
+    auto router = start_router({"--prefill", at(p1) + "," + at(p2), "--decode", at(d1) + "," + at(d2), "--cache-weight", "0"});
+    ASSERT_GT(router->port(), 0);
+    StreamCalls calls = stream_all(router->port(), make_prompts(12, std::random_device{}()), 96);
+    ASSERT_TRUE(wait_for_metric(p2.port(), "deepinfer_running_batch", 1)) << "the second prefill instance got no work";
+    kill(p2.pid(), SIGKILL);
+    const std::string failed = "deepinfer_pd_transfers_total{result=\"failed\",transport=\"ucx\"}";
+    bool fell_back = false;
+    for (int i = 0; i < 1200 && !fell_back; ++i) {
+        fell_back = metric(d1.port(), failed) + metric(d2.port(), failed) >= 1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(fell_back) << "no decode instance noticed the dead prefill instance";
+    bool d2_busy = wait_for_metric(d2.port(), "deepinfer_running_batch", 1);
+    kill(d2.pid(), SIGKILL);
+    EXPECT_GT(expect_whole_or_errored(calls), 0);
+    if (d2_busy)
+        EXPECT_GE(metric(router->port(), "deepinfer_router_retries_total") + metric(router->port(), "deepinfer_router_broken_streams_total"), 1);
+    // The survivors still answer as a pair.
+    EXPECT_FALSE(complete(router->port(), make_prompts(1, 3)[0]).contains("error"));
+    p2.terminate(5);
+    d2.terminate(5);
 }
 
 TEST(Router, SharedPrefixLandsOnTheReplicaHoldingIt) {

@@ -13,9 +13,8 @@ namespace deepinfer::cluster::pd {
 namespace {
 
 constexpr unsigned kSpanMessage = 17;  // the active-message id of a span
-// How long the thread sleeps without an event (a signal or a send wakes it sooner); rendezvous
-// steps in flight need progress without an event of their own, so it is short while they run.
-constexpr int kIdleWaitMs = 100, kBusyWaitMs = 1;
+// How long the idle thread sleeps without an event (a signal or a send wakes it sooner).
+constexpr int kIdleWaitMs = 100;
 
 void check(ucs_status_t status, const char* what) {
     DI_CHECK(status == UCS_OK, "UCX: {} failed: {}", what, ucs_status_string(status));
@@ -38,6 +37,7 @@ struct RecvOp {
 
 struct UcxTransport::Impl {
     ucp_context_h context = nullptr;
+    bool detect_peer_failure = true;
     ucp_worker_h worker = nullptr;
     int event_fd = -1;
     OnSpan on_span;
@@ -80,8 +80,9 @@ static ucs_status_t on_message(void* arg, const void* header, size_t header_leng
     return UCS_OK;
 }
 
-UcxTransport::UcxTransport(OnSpan on_span) : impl_(std::make_unique<Impl>()) {
+UcxTransport::UcxTransport(OnSpan on_span, Options options) : impl_(std::make_unique<Impl>()) {
     impl_->on_span = std::move(on_span);
+    impl_->detect_peer_failure = options.detect_peer_failure;
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "reading the configuration");
     ucp_params_t params{};
@@ -152,9 +153,15 @@ void UcxTransport::loop() {
             m.receive_arrived();
             continue;
         }
+        // Transfers in flight move only as fast as the worker is progressed (shared-memory and
+        // copy transports raise no events): spin until they are done, then sleep on the event fd.
+        if (m.in_flight > 0) {
+            std::this_thread::yield();
+            continue;
+        }
         if (ucp_worker_arm(m.worker) == UCS_ERR_BUSY) continue;
         pollfd p{m.event_fd, POLLIN, 0};
-        ::poll(&p, 1, m.in_flight > 0 ? kBusyWaitMs : kIdleWaitMs);
+        ::poll(&p, 1, kIdleWaitMs);
     }
     // Shutdown: endpoints go at once; their sends in flight fail.
     for (auto& [peer, ep] : m.endpoints) {
@@ -194,11 +201,14 @@ ucp_ep_h UcxTransport::Impl::endpoint(const std::string& peer, std::string& erro
     auto it = endpoints.find(peer);
     if (it != endpoints.end()) return it->second;
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(peer.data());
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a peer that dies fails its sends instead of hanging them
-    params.err_handler.cb = on_endpoint_error;
-    params.err_handler.arg = this;
+    if (detect_peer_failure) {  // a peer that dies fails its sends instead of hanging them
+        params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        params.err_handler.cb = on_endpoint_error;
+        params.err_handler.arg = this;
+    }
     ucp_ep_h ep = nullptr;
     ucs_status_t status = ucp_ep_create(worker, &params, &ep);
     if (status != UCS_OK) {

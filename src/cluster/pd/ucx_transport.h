@@ -33,8 +33,15 @@ public:
     using SendDone = std::function<void(const std::string& error)>;
     using OnSpan = std::function<void(const SpanHeader& header, std::vector<std::byte> blob)>;
 
+    // With `detect_peer_failure` a peer that dies fails the sends to it instead of hanging them;
+    // UCX 1.13's shared-memory transports cannot detect that, so such endpoints go over TCP (or
+    // a device transport). Without it (benchmarks) UCX may pick shared memory.
+    struct Options {
+        bool detect_peer_failure = true;
+    };
     // Starts UCX and its thread; throws deepinfer::Error when UCX cannot start.
-    explicit UcxTransport(OnSpan on_span);
+    explicit UcxTransport(OnSpan on_span, Options options);
+    explicit UcxTransport(OnSpan on_span) : UcxTransport(std::move(on_span), Options{}) {}
     ~UcxTransport();
     UcxTransport(const UcxTransport&) = delete;
     UcxTransport& operator=(const UcxTransport&) = delete;
