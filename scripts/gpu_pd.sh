@@ -23,7 +23,9 @@ ckpt=/tmp/ckpt-flash-dims
 engine=(--model "$ckpt" --tokenizer models/deepseek-v4-tokenizer --device cuda --cache-memory 16GiB --max-sequences 64 --block-size 8)
 
 echo "=== raw bandwidths"
+# As serve uses it (peer-failure detection: TCP on one host), then as shared memory would go.
 timeout 120 $bin/bench_pd_transfer --sizes-mib 1,8,64 --total-mib 2048 | tee "$out/transfer.json"
+timeout 120 $bin/bench_pd_transfer --sizes-mib 1,8,64 --total-mib 2048 --no-peer-failure | tee -a "$out/transfer.json"
 python3 - <<'EOF' | tee "$out/device_copy.json"
 import json
 try:
