@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -85,6 +86,9 @@ UcxTransport::UcxTransport(OnSpan on_span, Options options) : impl_(std::make_un
     impl_->detect_peer_failure = options.detect_peer_failure;
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "reading the configuration");
+    // Active-message rendezvous over host memory (TCP, shared memory) is several times slower than
+    // eager sends in UCX 1.13 (bench_pd_transfer): spans go eager unless the user says otherwise.
+    if (std::getenv("UCX_RNDV_THRESH") == nullptr) ucp_config_modify(config, "RNDV_THRESH", "inf");
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
