@@ -24,8 +24,8 @@ engine=(--model "$ckpt" --tokenizer models/deepseek-v4-tokenizer --device cuda -
 
 echo "=== raw bandwidths"
 # As serve uses it (peer-failure detection: TCP on one host), then as shared memory would go.
-timeout 120 $bin/bench_pd_transfer --sizes-mib 1,8,64 --total-mib 2048 | tee "$out/transfer.json"
-timeout 120 $bin/bench_pd_transfer --sizes-mib 1,8,64 --total-mib 2048 --no-peer-failure | tee -a "$out/transfer.json"
+timeout 120 $bin/bench_pd_transfer --sizes-mib 1,4,16 --total-mib 1024 | tee "$out/transfer.json"
+timeout 120 $bin/bench_pd_transfer --sizes-mib 1,4,16 --total-mib 1024 --no-peer-failure | tee -a "$out/transfer.json"
 python3 - <<'EOF' | tee "$out/device_copy.json"
 import json
 try:
