@@ -106,7 +106,9 @@ private:
         parser_.get().body().size = chunk_.size();
         stream_.expires_after(seconds(options_.idle_timeout_s));
         auto self = std::static_pointer_cast<BeastCall>(shared_from_this());
-        http::async_read(stream_, buffer_, parser_, [self](error_code ec, size_t) {
+        // read_some: hand on what arrived (a streamed event) instead of waiting for the chunk
+        // buffer to fill or the body to end.
+        http::async_read_some(stream_, buffer_, parser_, [self](error_code ec, size_t) {
             if (ec == http::error::need_buffer) ec = {};
             size_t got = self->chunk_.size() - self->parser_.get().body().size;
             if (got > 0 && !self->ended_ && self->callbacks_.on_body) self->callbacks_.on_body({self->chunk_.data(), got});

@@ -2,7 +2,7 @@
 // prefill/decode pairs answer as one instance does; a killed instance (replica, prefill or decode)
 // loses no request silently
 // (each gets its whole answer or an error); requests sharing a prefix land on the replica that
-// holds it; SIGTERM drains.
+// holds it; streams pass through event by event; SIGTERM drains.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -158,6 +158,34 @@ TEST(Router, SharedPrefixLandsOnTheReplicaHoldingIt) {
     EXPECT_GT(metric(router->port(), "deepinfer_router_prefix_hit_chunks_total"), 0);
     int holder = on_a > 0 ? a.port() : b.port();
     EXPECT_GT(metric(holder, "deepinfer_prefix_cache_hit_tokens_total"), 0);
+}
+
+// Streams pass through as they are generated, event by event, not gathered into larger pieces.
+TEST(Router, StreamsPassThroughEventByEvent) {
+    ServeProcess a(instance_args());
+    ASSERT_GT(a.port(), 0);
+    auto router = start_router({"--replica", at(a)});
+    ASSERT_GT(router->port(), 0);
+    // About 60 events of ~200 bytes: less than the router's read buffer, so a router that waits
+    // for the buffer to fill delivers them in one piece.
+    json body = {{"prompt", make_prompts(1, 11)[0]}, {"max_tokens", 60}, {"temperature", 0}, {"ignore_eos", true}, {"stream", true}};
+    int pieces = 0;
+    std::string sse;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        ++pieces;
+        sse.append(data, n);
+        return true;
+    };
+    httplib::Response res;
+    httplib::Error error = httplib::Error::Success;
+    ASSERT_TRUE(client(router->port()).send(req, res, error)) << httplib::to_string(error);
+    EXPECT_NE(sse.find("data: [DONE]"), std::string::npos);
+    EXPECT_GE(pieces, 10) << "the stream arrived in " << pieces << " pieces";
 }
 
 TEST(Router, SigtermDrainsRunningRequests) {
