@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Rewrite a DeepSeek-V4 checkpoint from build/bin/make_random_v4 into DeepSeek's release layout.
+
+make_random_v4 writes the HF-saved names ("model.layers.3.attn.wq_a.weight", "model.embed_tokens.weight",
+"model.hc_head.hc_fn", every expert in bf16) and an HF-style config.json ("layer_types"). Tools
+written against the original release (deepseek-ai/DeepSeek-V4-Flash), such as llama.cpp's
+convert_hf_to_gguf.py, read the release layout instead:
+
+  * names without the "model." prefix: "embed.weight", "norm.weight", "hc_head_fn/_base/_scale",
+    "layers.N.attn.kv_norm.weight" (make_random_v4: "attn.norm.weight");
+  * routed experts as MXFP4, the release's expert format: "ffn.experts.E.w{1,2,3}.weight" int8
+    [out, in/2] holding two e2m1 codes a byte (the lower nibble is the even column) and
+    "...w{1,2,3}.scale" F8_E8M0 [out, in/32], one power-of-two scale per 32 inputs (OCP MX);
+  * config.json with the release's keys: "compress_ratios" (0 / 4 / 128 per layer) in place of
+    "layer_types", and the fields the release spells out (n_shared_experts, hc_mult, ...).
+
+The other matrices stay bf16 (the release stores most of them as FP8 with 128x128 block scales;
+llama.cpp's converter turns dequantized FP8 into Q8_0, which would make its "bf16" file partly
+8-bit, and DeepInfer would widen them to bf16 anyway). Every value of the result is exact in
+bf16, and DeepInfer loads this directory as well, so both engines run the same numbers.
+
+Only numpy is needed (Debian: python3-numpy).
+
+    python3 scripts/v4_to_release_layout.py SRC DST [--tokenizer models/deepseek-v4-tokenizer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# The defaults DeepInfer's config parser uses for keys make_random_v4 leaves out (they are the
+# V4-Flash release values, src/model/deepseek_v4_config.h), written out so no reader has to guess.
+RELEASE_DEFAULTS = {
+    "n_shared_experts": 1,
+    "scoring_func": "sqrtsoftplus",
+    "topk_method": "noaux_tc",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.5,
+    "swiglu_limit": 10.0,
+    "hidden_act": "silu",
+    "hc_mult": 4,
+    "hc_sinkhorn_iters": 20,
+    "hc_eps": 1e-6,
+    "rms_norm_eps": 1e-6,
+    "num_nextn_predict_layers": 0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "expert_dtype": "fp4",
+}
+
+ST_DTYPES = {"BF16": (np.uint16, 2), "F32": (np.float32, 4), "F16": (np.float16, 2), "I64": (np.int64, 8),
+             "I32": (np.int32, 4), "I8": (np.int8, 1), "U8": (np.uint8, 1), "F8_E8M0": (np.uint8, 1)}
+
+
+def read_safetensors(path: Path) -> dict[str, tuple[str, list[int], np.ndarray]]:
+    """name -> (dtype string, shape, memory-mapped raw array) for one safetensors file."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    base = 8 + n
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        np_dtype, size = ST_DTYPES[meta["dtype"]]
+        begin, end = meta["data_offsets"]
+        count = (end - begin) // size
+        arr = np.memmap(path, dtype=np_dtype, mode="r", offset=base + begin, shape=(count,))
+        out[name] = (meta["dtype"], list(meta["shape"]), arr.reshape(meta["shape"]) if meta["shape"] else arr)
+    return out
+
+
+def bf16_to_f32(raw_u16: np.ndarray) -> np.ndarray:
+    return (raw_u16.astype(np.uint32) << 16).view(np.float32)
+
+
+# e2m1 magnitudes by code (sign is bit 3): 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+E2M1_MIDPOINTS = (E2M1[1:] + E2M1[:-1]) / 2
+
+
+def quantize_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[rows, cols] float32 -> (int8 [rows, cols/2] packed codes, uint8 [rows, cols/32] E8M0 scales).
+
+    OCP MX: the block's shared exponent is floor(log2(amax)) - 2 (2 = e2m1's largest exponent), so
+    the largest value lands in [4, 8) and saturates at 6; the rest round to the nearest code."""
+    rows, cols = w.shape
+    assert cols % 32 == 0, f"{cols} columns are not a multiple of 32"
+    blocks = w.reshape(rows, cols // 32, 32)
+    amax = np.abs(blocks).max(axis=-1)
+    exp = np.where(amax > 0, np.floor(np.log2(np.maximum(amax, np.finfo(np.float32).tiny))) - 2, -127)
+    exp = np.clip(exp, -127, 127).astype(np.int32)
+    scaled = blocks / np.ldexp(np.float32(1), exp)[..., None]
+    code = np.searchsorted(E2M1_MIDPOINTS, np.abs(scaled)).astype(np.uint8)  # 0..7, saturating at 6
+    code |= (scaled < 0).astype(np.uint8) << 3
+    code = code.reshape(rows, cols)
+    packed = (code[:, 0::2] | (code[:, 1::2] << 4)).astype(np.uint8).view(np.int8)
+    return packed, (exp + 127).astype(np.uint8)
+
+
+def release_name(name: str) -> str:
+    """make_random_v4 (HF-saved) name -> release name."""
+    fixed = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
+             "model.hc_head.hc_fn": "hc_head_fn", "model.hc_head.hc_base": "hc_head_base",
+             "model.hc_head.hc_scale": "hc_head_scale", "head.weight": "head.weight"}
+    if name in fixed:
+        return fixed[name]
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)
+    if m is None:
+        raise SystemExit(f"v4_to_release_layout: unexpected tensor {name!r} (expected make_random_v4's names)")
+    rest = "attn.kv_norm.weight" if m.group(2) == "attn.norm.weight" else m.group(2)
+    return f"layers.{m.group(1)}.{rest}"
+
+
+def release_config(cfg: dict) -> dict:
+    out = {k: v for k, v in cfg.items() if k not in ("layer_types", "mlp_layer_types", "compress_rates")}
+    for k, v in RELEASE_DEFAULTS.items():
+        out.setdefault(k, v)
+    rates = cfg.get("compress_rates", {})
+    ratio = {"sliding_attention": 0,
+             "compressed_sparse_attention": cfg.get("compress_rate_csa", rates.get("compressed_sparse_attention", 4)),
+             "heavily_compressed_attention": cfg.get("compress_rate_hca", rates.get("heavily_compressed_attention", 128))}
+    if "layer_types" in cfg:
+        out["compress_ratios"] = [ratio[t] for t in cfg["layer_types"]]
+    if "compress_ratios" not in out:
+        raise SystemExit("v4_to_release_layout: config.json has neither layer_types nor compress_ratios")
+    if out["num_key_value_heads"] != 1 or out["n_shared_experts"] != 1:
+        raise SystemExit("v4_to_release_layout: expected one KV head and one shared expert")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path, help="make_random_v4 output directory")
+    ap.add_argument("dst", type=Path, help="directory to write (created)")
+    ap.add_argument("--tokenizer", type=Path, help="directory with tokenizer.json / tokenizer_config.json to copy")
+    args = ap.parse_args()
+
+    cfg = json.loads((args.src / "config.json").read_text())
+    files = sorted(args.src.glob("*.safetensors"))
+    if not files:
+        raise SystemExit(f"v4_to_release_layout: no safetensors in {args.src}")
+    tensors: dict[str, tuple[str, list[int], np.ndarray]] = {}
+    for f in files:
+        tensors.update(read_safetensors(f))
+
+    # Plan every output tensor (name, dtype, shape, producer) first: the header goes before the data.
+    expert = re.compile(r"layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
+    plan = []
+    for name, (dtype, shape, arr) in tensors.items():
+        new = release_name(name)
+        if expert.fullmatch(new):
+            rows, cols = shape
+            cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+            def quant(a=arr, dt=dtype, c=cache):
+                if "q" not in c:
+                    w = bf16_to_f32(np.asarray(a)) if dt == "BF16" else np.asarray(a, dtype=np.float32)
+                    c["q"] = quantize_mxfp4(w.reshape(a.shape))
+                return c["q"]
+
+            plan.append((new, "I8", [rows, cols // 2], lambda q=quant: q()[0]))
+            plan.append((new[: -len(".weight")] + ".scale", "F8_E8M0", [rows, cols // 32], lambda q=quant: q()[1]))
+        else:
+            plan.append((new, dtype, shape, lambda a=arr: np.asarray(a)))
+    plan.sort(key=lambda p: p[0])
+
+    header: dict = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape, _ in plan:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * ST_DTYPES[dtype][1]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+
+    args.dst.mkdir(parents=True, exist_ok=True)
+    out_path = args.dst / "model.safetensors"
+    with open(out_path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for i, (name, dtype, shape, produce) in enumerate(plan):
+            data = np.ascontiguousarray(produce())
+            want = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+            assert data.nbytes == want, f"{name}: {data.nbytes} bytes, planned {want}"
+            f.write(data.tobytes())
+            if i % 200 == 0:
+                print(f"  {i}/{len(plan)} tensors", file=sys.stderr, flush=True)
+    (args.dst / "config.json").write_text(json.dumps(release_config(cfg), indent=1) + "\n")
+    if args.tokenizer:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if (args.tokenizer / name).is_file():
+                shutil.copy(args.tokenizer / name, args.dst / name)
+    print(f"wrote {out_path} ({offset / 1e9:.2f} GB, {len(plan)} tensors) and config.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
