@@ -63,7 +63,7 @@ bool read_all(int fd, void* p, size_t n) {
 
 // The decode side: sends its address up `to_parent`, then one byte per `counts[i]` spans received.
 [[noreturn]] void run_receiver(int to_parent, int from_parent, const std::vector<int>& counts) {
-    std::atomic<int> received{0};
+    int received = 0;  // the callbacks run on the transport's one thread
     size_t round = 0;
     int due = counts.empty() ? 0 : counts[0];
     UcxTransport receiver([&](const SpanHeader&, std::vector<std::byte> blob) {

@@ -119,6 +119,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     spdlog::info("engine: model {} ({} vocab), cache {:.1f} MiB, {} sequences, max model len {}", name_,
                  model_->vocab_size(), cache_->bytes() / 1048576.0, cache_->max_seqs(), max_model_len_);
     for (const auto& [kind, bytes] : cache_->bytes_by_kind()) spdlog::info("engine: cache {}: {:.1f} MiB", kind, bytes / 1048576.0);
+    publish_stats();  // readers see the cache's shape (sizes, prefix span length) before the first step
     thread_ = std::thread([this] { loop(); });
 }
 

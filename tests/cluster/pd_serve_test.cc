@@ -81,17 +81,18 @@ TEST_F(PdServe, StateInTheHttpBodyAnswersTheSame) {
 }
 
 // A prompt shorter than one prefix-cache span has no state to ship: the decode instance computes
-// it without asking (asking would compute it twice).
+// it without asking (asking would compute it twice), from its very first call on.
 TEST_F(PdServe, PromptShorterThanASpanIsComputedWithoutAsking) {
-    ASSERT_GT(decode_->port(), 0);
+    ASSERT_GT(prefill_->port(), 0);
+    ServeProcess fresh(instance_args({"--role", "decode", "--prefill-instance", "127.0.0.1:" + std::to_string(prefill_->port())}));
+    ASSERT_GT(fresh.port(), 0);
     json prompt = json::array();
     std::mt19937 rng(std::random_device{}());
     for (int i = 0; i < 20; ++i) prompt.push_back(2 + static_cast<int>(rng() % 4000));
     auto asked = [&] { return metric(prefill_->port(), "deepinfer_requests_total{endpoint=\"/internal/prefill\",status=\"200\"}"); };
-    const std::string skipped = "deepinfer_pd_transfers_total{result=\"skipped\",transport=\"none\"}";
-    double asked_before = asked(), skipped_before = metric(decode_->port(), skipped);
-    EXPECT_EQ(complete(decode_->port(), prompt), complete(reference_->port(), prompt));
-    EXPECT_EQ(metric(decode_->port(), skipped), skipped_before + 1);
+    double asked_before = asked();
+    EXPECT_EQ(complete(fresh.port(), prompt), complete(reference_->port(), prompt));
+    EXPECT_EQ(metric(fresh.port(), "deepinfer_pd_transfers_total{result=\"skipped\",transport=\"none\"}"), 1);
     EXPECT_EQ(asked(), asked_before);
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <random>
 
 #include "tests/cluster/cluster_util.h"
@@ -87,12 +88,17 @@ int expect_whole_or_errored(StreamCalls& calls) {
     return whole;
 }
 
-bool wait_for_metric(int port, const std::string& series, double at_least, int tenths_of_seconds = 1200) {
-    for (int i = 0; i < tenths_of_seconds; ++i) {
-        if (metric(port, series) >= at_least) return true;
+// Polls `done` every 100 ms for up to two minutes.
+bool wait_until(const std::function<bool()>& done) {
+    for (int i = 0; i < 1200; ++i) {
+        if (done()) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return false;
+}
+
+bool wait_for_metric(int port, const std::string& series, double at_least) {
+    return wait_until([&] { return metric(port, series) >= at_least; });
 }
 
 TEST(Router, AKilledInstanceLosesNoRequestSilently) {
@@ -125,12 +131,8 @@ TEST(Router, KilledPrefillAndDecodeInstancesLoseNoRequestSilently) {
     ASSERT_TRUE(wait_for_metric(p2.port(), "deepinfer_running_batch", 1)) << "the second prefill instance got no work";
     kill(p2.pid(), SIGKILL);
     const std::string failed = "deepinfer_pd_transfers_total{result=\"failed\",transport=\"ucx\"}";
-    bool fell_back = false;
-    for (int i = 0; i < 1200 && !fell_back; ++i) {
-        fell_back = metric(d1.port(), failed) + metric(d2.port(), failed) >= 1;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    EXPECT_TRUE(fell_back) << "no decode instance noticed the dead prefill instance";
+    EXPECT_TRUE(wait_until([&] { return metric(d1.port(), failed) + metric(d2.port(), failed) >= 1; }))
+        << "no decode instance noticed the dead prefill instance";
     bool d2_busy = wait_for_metric(d2.port(), "deepinfer_running_batch", 1);
     kill(d2.pid(), SIGKILL);
     EXPECT_GT(expect_whole_or_errored(calls), 0);
