@@ -21,6 +21,8 @@ void add_logits_command(CLI::App& app, LogitsOptions& o) {
         ->excludes(chunk);
     cmd->add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
+    cmd->add_option("--quantize", o.quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
+        ->check(CLI::IsMember({"none", "q8"}));
 }
 
 namespace {
@@ -47,7 +49,7 @@ std::vector<int32_t> read_input_ids(const std::string& path) {
 int run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = read_input_ids(o.input_path);
     auto backend = kernels::make_backend(o.device, o.threads);
-    std::unique_ptr<model::CausalLm> model = model::load_causal_lm(o.model_dir, *backend);
+    std::unique_ptr<model::CausalLm> model = model::load_causal_lm(o.model_dir, *backend, model::parse_weight_quant(o.quantize));
     runtime::LogitsSchedule schedule{o.chunk, o.decode_from};
     Tensor logits = runtime::sequence_logits(*model, ids, schedule);
     write_safetensors(o.output_path, {{"logits", logits}});

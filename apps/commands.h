@@ -18,6 +18,7 @@ struct LogitsOptions {
     int64_t decode_from = -1;
     int threads = 0;
     std::string device = "cpu";
+    std::string quantize;
 };
 void add_logits_command(CLI::App& app, LogitsOptions& opts);
 int run_logits(const LogitsOptions& opts);

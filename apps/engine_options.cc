@@ -63,6 +63,8 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--tokenizer", c.model.tokenizer_path, "directory with tokenizer.json (default: the model's)");
     cmd->add_option("--threads", c.model.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--device", c.model.device, "cpu, cuda or cuda:N");
+    cmd->add_option("--quantize", c.model.quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
+        ->check(CLI::IsMember({"none", "q8"}));
     cmd->add_option("--max-sequences", c.cache.max_sequences, "sequences resident in the cache at once")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--cache-memory", f.cache_memory, "cache size, e.g. 2GiB");

@@ -122,14 +122,34 @@ struct WeightBytes {
     double dense_params = 0, expert_params = 0, head_params = 0;  // matmul parameters (for FLOPs)
 };
 
-WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c) {
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Bytes of a checkpoint tensor as the loader keeps it in memory (model/weight_loader.h): FP8 and
+// packed FP4 matrices widen to bf16, fp16 to fp32, Q8 re-encodes linear weights at 36 bytes per
+// 32 values; block scales are folded in. Parameters counted from the shape.
+std::pair<double, double> loaded_bytes(const std::string& name, const SafetensorsEntry& e, model::WeightQuant quant) {
+    if (e.dtype == DType::kF8E8M0 || ends_with(name, "_scale_inv") || ends_with(name, ".scale")) return {0.0, 0.0};
+    double params = 1;
+    for (int64_t d : e.shape) params *= static_cast<double>(d);
+    bool matrix = e.shape.size() >= 2;
+    if (matrix && (e.dtype == DType::kI8 || e.dtype == DType::kU8)) params *= 2;  // two FP4 codes a byte
+    bool router = ends_with(name, "gate.weight") && name.find("expert") == std::string::npos;
+    bool stays = name.find("embed") != std::string::npos || router;  // see WeightLoader::linear
+    double size = !matrix || e.dtype == DType::kF32 || e.dtype == DType::kF16 ? 4.0 : 2.0;
+    if (matrix && quant == model::WeightQuant::kQ8 && !stays) size = 36.0 / 32.0;
+    return {params * size, params};
+}
+
+WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c, model::WeightQuant quant) {
     WeightBytes w;
     std::regex expert(R"(\.experts\.\d+\.)");
     double experts_total = 0;
     double expert_params = 0;
     for (const auto& name : ckpt.names()) {
         const SafetensorsEntry& e = ckpt.entry(name);
-        double b = static_cast<double>(e.nbytes), params = b / std::max<size_t>(1, dtype_size(e.dtype));
+        auto [b, params] = loaded_bytes(name, e, quant);
         bool matrix = e.shape.size() >= 2;
         if (name.find("embed") != std::string::npos) {
             w.embed_row = b / c.vocab_size;
@@ -271,6 +291,9 @@ int run(int argc, char** argv) {
     app.add_option("--model", dir)->required();
     app.add_option("--threads", threads);
     app.add_option("--device", device, "cpu, cuda or cuda:N");
+    std::string quantize;
+    app.add_option("--quantize", quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
+        ->check(CLI::IsMember({"none", "q8"}));
     app.add_option("--prompt", prompts, "prefill lengths")->delimiter(',');
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
@@ -298,12 +321,20 @@ int run(int argc, char** argv) {
     }
     model::Checkpoint ckpt(dir);
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
-    model::DeepseekV4Model m(cfg, ckpt, *backend);
+    model::WeightQuant weight_quant = model::WeightQuant::kNone;
+    try {
+        weight_quant = model::parse_weight_quant(quantize);
+        model::check_weight_quant(weight_quant, *backend);
+    } catch (const Error& e) {
+        std::fprintf(stderr, "bench_forward: %s\n", e.what());
+        return 2;
+    }
+    model::DeepseekV4Model m(cfg, ckpt, *backend, weight_quant);
     ThreadPool pool(threads);
     bool host = backend->device() == Device::kCpu;
     double bw = host ? read_bandwidth(pool, size_t{1} << 30) : device_bandwidth(*backend);
     double gemm_rate = host ? gemm_flops(pool) : device_gemm_flops(*backend);
-    WeightBytes wb = weight_bytes(ckpt, cfg);
+    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant);
     std::mt19937 rng(7);
     std::printf("model %s on %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; floor bandwidth %.1f GB/s, "
                 "GEMM %.0f GFLOP/s\n",

@@ -12,6 +12,9 @@ struct ModelConfig {
     std::string name;            // served model name; defaults to the directory name
     int threads = 0;             // CPU threads; 0 = all
     std::string device = "cpu";  // "cpu", "cuda" or "cuda:N"
+    // Weights re-encoded at load: "" / "none" keeps the checkpoint's formats; "q8" stores the
+    // weights of linear layers as 8-bit blocks of 32 with a scale each (CPU only).
+    std::string quantize;
     // DeepSeek-V4.1 SWA bounded replay: layers after the last KV source prefill only the last
     // this many prompt tokens (0 = off); must be >= sliding window + rollback_tokens.
     int swa_replay_tokens = 140;

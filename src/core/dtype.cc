@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/quant_q8.h"
+
 namespace deepinfer {
 namespace {
 
@@ -26,7 +28,13 @@ size_t dtype_size(DType dtype) {
     return 0;
 }
 
+size_t dtype_row_bytes(DType dtype, int64_t row_elems) {
+    if (dtype == DType::kQ8) return static_cast<size_t>(q8::row_bytes(row_elems));
+    return static_cast<size_t>(row_elems) * dtype_size(dtype);
+}
+
 const char* dtype_name(DType dtype) {
+    if (dtype == DType::kQ8) return "Q8_32";
     for (const auto& info : kDTypes)
         if (info.dtype == dtype) return info.name;
     return "unknown";

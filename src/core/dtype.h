@@ -7,10 +7,14 @@
 
 namespace deepinfer {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kUnknown };
+// kQ8 is not a safetensors type: weights quantized at load into rows of 8-bit blocks
+// (core/quant_q8.h); its rows are not element-sized, so size tensors of it with dtype_row_bytes().
+enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kQ8, kUnknown };
 
-// Bytes per element (0 for kUnknown).
+// Bytes per element (0 for kUnknown and for kQ8, whose rows are blocks).
 size_t dtype_size(DType dtype);
+// Bytes of one row of `row_elems` elements (the last dimension).
+size_t dtype_row_bytes(DType dtype, int64_t row_elems);
 // Safetensors spelling ("F32", "BF16", "F8_E4M3", ...).
 const char* dtype_name(DType dtype);
 // Parses the safetensors spelling; unknown spellings give kUnknown.

@@ -17,6 +17,12 @@ int64_t Tensor::numel() const {
     return n;
 }
 
+size_t Tensor::nbytes() const {
+    if (shape_.empty()) return dtype_size(dtype_);
+    int64_t last = shape_.back();
+    return last == 0 ? 0 : static_cast<size_t>(numel() / last) * dtype_row_bytes(dtype_, last);
+}
+
 std::string Tensor::shape_string() const { return fmt::format("[{}]", fmt::join(shape_, ", ")); }
 
 Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
@@ -64,6 +70,8 @@ Tensor Tensor::reshape(std::vector<int64_t> shape) const {
     Tensor t = *this;
     t.shape_ = std::move(shape);
     DI_CHECK(t.numel() == numel(), "reshape {} -> {} changes the element count", shape_string(), t.shape_string());
+    DI_CHECK(dtype_ != DType::kQ8 || (!shape_.empty() && !t.shape_.empty() && t.shape_.back() == shape_.back()),
+             "reshape {} -> {}: a block-quantized tensor keeps its rows", shape_string(), t.shape_string());
     return t;
 }
 
@@ -71,8 +79,8 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
     DI_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "rows({}, {}) out of range for {}",
              begin, end, shape_string());
     Tensor t = *this;
-    int64_t row_elems = shape_[0] == 0 ? 0 : numel() / shape_[0];
-    t.data_ = static_cast<char*>(data_) + begin * row_elems * static_cast<int64_t>(dtype_size(dtype_));
+    int64_t row_bytes = shape_[0] == 0 ? 0 : static_cast<int64_t>(nbytes()) / shape_[0];
+    t.data_ = static_cast<char*>(data_) + begin * row_bytes;
     t.shape_[0] = end - begin;
     return t;
 }

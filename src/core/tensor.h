@@ -33,7 +33,7 @@ public:
     int ndim() const { return static_cast<int>(shape_.size()); }
     int64_t dim(int i) const { return shape_.at(i < 0 ? i + ndim() : i); }
     int64_t numel() const;
-    size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+    size_t nbytes() const;
     std::string shape_string() const;
 
     void* raw() const { return data_; }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/weight_quant.h"
 
 namespace deepinfer::model {
 
@@ -185,6 +186,7 @@ public:
 };
 
 // Loads the model in `dir` (config.json model_type decides the architecture).
-std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, kernels::Backend& backend);
+std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, kernels::Backend& backend,
+                                         WeightQuant quant = WeightQuant::kNone);
 
 }  // namespace deepinfer::model

@@ -7,7 +7,7 @@ V41SourceWeights source_weights(const DeepseekV41Config& cfg, int l, const Weigh
     const DeepseekV4Config& c = cfg.base;
     int64_t D = c.hidden_size, d = c.head_dim, di = c.index_head_dim, hi = c.index_n_heads;
     auto matrix = [&](std::initializer_list<std::string> n, std::vector<int64_t> s) {
-        return backend.upload(w.matrix(layer_names(l, n), std::move(s)));
+        return backend.upload(w.linear(layer_names(l, n), std::move(s)));
     };
     auto param = [&](std::initializer_list<std::string> n, std::vector<int64_t> s) {
         return backend.upload(w.param(layer_names(l, n), std::move(s)));

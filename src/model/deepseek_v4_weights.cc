@@ -12,7 +12,9 @@ struct Loader {
     const WeightLoader& w;
     kernels::Backend& backend;
 
-    Tensor matrix(const Names& n, std::vector<int64_t> shape) { return backend.upload(w.matrix(n, std::move(shape))); }
+    Tensor matrix(const Names& n, std::vector<int64_t> shape) { return backend.upload(w.linear(n, std::move(shape))); }
+    // Embeddings and routers keep the checkpoint's format (they are looked up or pick experts).
+    Tensor unquantized(const Names& n, std::vector<int64_t> shape) { return backend.upload(w.matrix(n, std::move(shape))); }
     Tensor param(const Names& n, std::vector<int64_t> shape) { return backend.upload(w.param(n, std::move(shape))); }
 
     MhcWeights mhc(int l, const char* site) {  // site: "attn" / "ffn"
@@ -80,7 +82,7 @@ struct Loader {
     void ffn(int l, V4LayerWeights& lw) {
         int64_t D = c.hidden_size, I = c.moe_intermediate_size, E = c.n_routed_experts;
         lw.ffn_norm = param(layer_names(l, {"ffn_norm.weight", "post_attention_layernorm.weight"}), {D});
-        lw.gate = matrix(layer_names(l, {"ffn.gate.weight", "mlp.gate.weight"}), {E, D});
+        lw.gate = unquantized(layer_names(l, {"ffn.gate.weight", "mlp.gate.weight"}), {E, D});
         if (c.mlp_layer_types[l] == MlpType::kHashMoe) {
             Tensor table = w.table(layer_names(l, {"ffn.gate.tid2eid", "mlp.gate.tid2eid"}), {c.vocab_size, c.num_experts_per_tok});
             for (int64_t i = 0; i < table.numel(); ++i) {  // device kernels index experts with these
@@ -104,7 +106,7 @@ V4Weights load_deepseek_v4_weights(const DeepseekV4Config& c, const WeightLoader
     Loader ld{c, w, backend};
     V4Weights out;
     int64_t V = c.vocab_size, D = c.hidden_size, hc = c.hc_mult;
-    out.embed = ld.matrix(global_names({"embed.weight", "embed_tokens.weight"}), {V, D});
+    out.embed = ld.unquantized(global_names({"embed.weight", "embed_tokens.weight"}), {V, D});
     out.head = c.tie_word_embeddings ? out.embed : ld.matrix(global_names({"head.weight", "lm_head.weight"}), {V, D});
     out.norm = ld.param(global_names({"norm.weight"}), {D});
     if (c.has_hc_head)

@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include "base/error.h"
+#include "core/quant_q8.h"
+#include "kernels/backend.h"
 
 namespace deepinfer::model {
 
@@ -84,6 +86,22 @@ Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) cons
                  "packed fp4)", name,
                  ckpt_.file_of(name), dtype_name(t.dtype()));
     }
+}
+
+Tensor WeightLoader::linear(const Names& names, std::vector<int64_t> shape) const {
+    Tensor m = matrix(names, std::move(shape));
+    return quant_ == WeightQuant::kQ8 ? q8::quantize(m) : m;
+}
+
+WeightQuant parse_weight_quant(const std::string& name) {
+    if (name.empty() || name == "none") return WeightQuant::kNone;
+    if (name == "q8") return WeightQuant::kQ8;
+    fail("unknown weight quantization '{}' (none, q8)", name);
+}
+
+void check_weight_quant(WeightQuant quant, const kernels::Backend& backend) {
+    DI_CHECK(quant == WeightQuant::kNone || backend.device() == Device::kCpu,
+             "q8 weights are implemented for the CPU backend only, not {}", backend.name());
 }
 
 Tensor WeightLoader::matrix_f32_copy(const Names& names, std::vector<int64_t> shape) const {

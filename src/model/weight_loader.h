@@ -5,6 +5,8 @@
 //    scale is a power of two (then exactly), else to fp32.
 //    I8 / U8 2-D weights are MXFP4 (two e2m1 codes a byte, a power-of-two `.scale` per 32
 //    inputs) and dequantised to bf16 (exactly).
+//  - linear(): matrix(), then quantized as the loader was asked (WeightQuant) - for the weights of
+//    linear layers; embeddings and routers stay matrix().
 //  - param(): everything else that is float (norms, biases, mHC, sinks, E8M0 scales) as fp32.
 //  - table(): integer tables (tid2eid) as stored.
 // Each takes candidate names (release, HF-saved and HF-module spellings); errors name them all.
@@ -15,10 +17,12 @@
 
 #include "core/tensor.h"
 #include "model/checkpoint.h"
+#include "model/weight_quant.h"
 
 namespace deepinfer::model {
 
 using Names = std::vector<std::string>;
+
 
 // Candidate names of a per-layer tensor: "layers.L.<suffix>" and "model.layers.L.<suffix>".
 Names layer_names(int layer, std::initializer_list<std::string> suffixes);
@@ -27,10 +31,12 @@ Names global_names(std::initializer_list<std::string> names);
 
 class WeightLoader {
 public:
-    WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block) : ckpt_(ckpt), fp8_block_(fp8_block) {}
+    WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block, WeightQuant quant = WeightQuant::kNone)
+        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant) {}
 
     bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
     Tensor matrix(const Names& names, std::vector<int64_t> shape) const;
+    Tensor linear(const Names& names, std::vector<int64_t> shape) const;
     Tensor param(const Names& names, std::vector<int64_t> shape) const;
     // The tensor as stored (zero-copy, shape-checked), for data read on the host as it is.
     Tensor stored(const Names& names, std::vector<int64_t> shape) const { return checked(resolve(names), shape); }
@@ -46,6 +52,7 @@ private:
 
     const Checkpoint& ckpt_;
     std::array<int, 2> fp8_block_;
+    WeightQuant quant_;
 };
 
 }  // namespace deepinfer::model

@@ -20,13 +20,21 @@ namespace {
 
 std::string nano_dir() { return std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-nano"; }
 
-TEST(DeepinferNano, PerplexityEqualsHfWithinOnePercent) {
+struct HeldOutScore {
+    double ppl = 0, hf_ppl = 0, worst_nll_gap = 0;
+    double top1_agreement = 0;  // with `reference_argmax` when given
+    std::vector<int32_t> argmax;
+};
+
+// Perplexity over the held-out sequences against HF's per-sequence NLL (computed at training time).
+HeldOutScore score_held_out(model::WeightQuant quant, const std::vector<int32_t>* reference_argmax = nullptr) {
     SafetensorsFile heldout(test::data_path("nano_heldout.safetensors"));
     Tensor ids = heldout.tensor("input_ids"), hf_nll = heldout.tensor("hf_mean_nll");  // [N, L+1], [N]
     auto backend = kernels::make_cpu_backend(0);
-    model::DeepseekV4Model m(nano_dir(), *backend);
+    model::DeepseekV4Model m(model::load_deepseek_v4_config(nano_dir()), model::Checkpoint(nano_dir()), *backend, quant);
     int64_t n = ids.dim(0), len = ids.dim(1) - 1, vocab = m.config().vocab_size;
-    double ours = 0, theirs = 0, worst = 0;
+    HeldOutScore out;
+    double ours = 0, theirs = 0, agree = 0;
     for (int64_t s = 0; s < n; ++s) {
         const int64_t* row = ids.data<int64_t>() + s * (len + 1);
         std::vector<int32_t> x(row, row + len);
@@ -34,20 +42,42 @@ TEST(DeepinferNano, PerplexityEqualsHfWithinOnePercent) {
         double nll = 0;
         for (int64_t t = 0; t < len; ++t) {
             const float* l = logits.data<float>() + t * vocab;
-            double mx = *std::max_element(l, l + vocab), z = 0;
+            const float* top = std::max_element(l, l + vocab);
+            double mx = *top, z = 0;
             for (int64_t v = 0; v < vocab; ++v) z += std::exp(l[v] - mx);
             nll += mx + std::log(z) - l[row[t + 1]];
+            out.argmax.push_back(static_cast<int32_t>(top - l));
+            if (reference_argmax) agree += (*reference_argmax)[out.argmax.size() - 1] == out.argmax.back();
         }
         nll /= len;
-        worst = std::max(worst, std::fabs(nll - hf_nll.data<float>()[s]));
+        out.worst_nll_gap = std::max(out.worst_nll_gap, std::fabs(nll - hf_nll.data<float>()[s]));
         ours += nll / n;
         theirs += hf_nll.data<float>()[s] / n;
     }
-    double ppl = std::exp(ours), hf_ppl = std::exp(theirs);
-    std::printf("held-out perplexity: deepinfer %.4f, HF %.4f (ratio %.6f); worst per-sequence NLL gap %.2e\n", ppl, hf_ppl,
-                ppl / hf_ppl, worst);
-    EXPECT_NEAR(ppl / hf_ppl, 1.0, 0.01);
-    EXPECT_LT(worst, 1e-3);
+    out.ppl = std::exp(ours);
+    out.hf_ppl = std::exp(theirs);
+    out.top1_agreement = agree / static_cast<double>(out.argmax.size());
+    return out;
+}
+
+TEST(DeepinferNano, PerplexityEqualsHfWithinOnePercent) {
+    HeldOutScore s = score_held_out(model::WeightQuant::kNone);
+    std::printf("held-out perplexity: deepinfer %.4f, HF %.4f (ratio %.6f); worst per-sequence NLL gap %.2e\n", s.ppl,
+                s.hf_ppl, s.ppl / s.hf_ppl, s.worst_nll_gap);
+    EXPECT_NEAR(s.ppl / s.hf_ppl, 1.0, 0.01);
+    EXPECT_LT(s.worst_nll_gap, 1e-3);
+}
+
+// 8-bit weights (and activations) cost accuracy; llama.cpp's Q8_0 is known to stay within a few
+// tenths of a percent of the float perplexity, and ours must too.
+TEST(DeepinferNano, Q8WeightsKeepPerplexityWithinOnePercent) {
+    HeldOutScore exact = score_held_out(model::WeightQuant::kNone);
+    HeldOutScore q8 = score_held_out(model::WeightQuant::kQ8, &exact.argmax);
+    std::printf("held-out perplexity with q8 weights: %.4f (HF fp32 %.4f, ratio %.6f); top-1 agreement with the "
+                "unquantized model %.4f\n",
+                q8.ppl, q8.hf_ppl, q8.ppl / q8.hf_ppl, q8.top1_agreement);
+    EXPECT_NEAR(q8.ppl / q8.hf_ppl, 1.0, 0.01);
+    EXPECT_GT(q8.top1_agreement, 0.95);
 }
 
 TEST(DeepinferNano, GreedySampleEqualsHf) {

@@ -53,7 +53,7 @@ void CpuBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, in
     a.x = x;
     a.lda = lda;
     a.w = w.raw();
-    a.ldw = w.dim(-1);
+    a.ldw = w.dim(-1);  // Q8 rows: the kernels know their stride
     a.w_dtype = w.dtype();
     a.y = y;
     a.ldy = ldy;
@@ -61,7 +61,7 @@ void CpuBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, in
     a.n = w.dim(0);
     a.k = w.dim(-1);
     a.accumulate = accumulate;
-    cpu::gemm(pool_, isa_, a);
+    cpu::gemm(pool_, isa_, a, &q8_scratch_);
 }
 
 void CpuBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) {

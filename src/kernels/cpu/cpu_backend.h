@@ -61,7 +61,7 @@ public:
     void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
                      float limit, Tensor& out) override;
 
-    // y[m, n] = x[m, k] · w[n, k]ᵀ on raw fp32 rows, over the pool (w fp32 or bf16).
+    // y[m, n] = x[m, k] · w[n, k]ᵀ on raw fp32 rows, over the pool (w fp32, bf16 or Q8).
     void gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate = false);
 
 private:
@@ -72,6 +72,7 @@ private:
     Isa isa_;
     std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step
     HostArena weights_;                                                    // uploads (weights, tables)
+    std::vector<uint8_t> q8_scratch_;  // activations quantized for Q8 weights (gemm runs one at a time)
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads, Isa isa);

@@ -1,8 +1,9 @@
 #pragma once
-// Dense matrix products on the CPU: y[m, n] (+)= x[m, k] · w[n, k]ᵀ with fp32 activations, bf16 or
-// fp32 weights and fp32 accumulation. Three variants (scalar, AVX2, AVX-512) share one contract;
+// Dense matrix products on the CPU: y[m, n] (+)= x[m, k] · w[n, k]ᵀ with fp32 activations, bf16,
+// fp32 or Q8 weights (core/quant_q8.h; gemm_q8.h) and fp32 accumulation. Three variants (scalar, AVX2, AVX-512) share one contract;
 // the caller picks by Isa, so tests can run every variant the machine supports.
 #include <cstdint>
+#include <vector>
 
 #include "base/cpu_features.h"
 #include "core/dtype.h"
@@ -16,7 +17,9 @@ namespace deepinfer::kernels::cpu {
 struct GemmArgs {
     const float* x = nullptr;  // [m, k], row stride lda
     int64_t lda = 0;
-    const void* w = nullptr;  // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16 or kF32)
+    // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16, kF32, or kQ8 whose rows are
+    // q8::row_bytes(k) apart whatever ldw says)
+    const void* w = nullptr;
     int64_t ldw = 0;
     DType w_dtype = DType::kBF16;
     float* y = nullptr;  // [m, n], row stride ldy
@@ -27,8 +30,9 @@ struct GemmArgs {
 
 // Computes rows [n_begin, n_end) of w for all m rows of x, on the calling thread.
 void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end);
-// The whole product, spread over the pool.
-void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args);
+// The whole product, spread over the pool. Q8 weights quantize x into `scratch` first (a
+// temporary buffer when null).
+void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch = nullptr);
 
 // Per-ISA entry points behind gemm_rows.
 void gemm_rows_scalar(const GemmArgs& args, int64_t n_begin, int64_t n_end);

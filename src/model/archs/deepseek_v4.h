@@ -19,7 +19,8 @@ class DeepseekV4Model final : public HybridCacheModel {
 public:
     // Loads the checkpoint in `dir` onto `backend` (config.json + safetensors).
     DeepseekV4Model(const std::string& dir, kernels::Backend& backend);
-    DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, kernels::Backend& backend);
+    DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, kernels::Backend& backend,
+                    WeightQuant quant = WeightQuant::kNone);
 
     const DeepseekV4Config& config() const { return cfg_; }
     int64_t vocab_size() const override { return cfg_.vocab_size; }

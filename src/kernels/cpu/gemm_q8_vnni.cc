@@ -1,0 +1,102 @@
+// Q8 x Q8 dot products with AVX-512 VNNI: one vpdpbusd multiplies 64 unsigned weight codes
+// (code + 128) by 64 signed activation codes into 16 int32 lanes of 4 products each; starting the
+// lanes from -128 times the activation codes' sums makes every lane the exact signed dot product.
+// Lanes 0-7 hold one block, 8-15 the next; each lane is scaled by its block's weight scale times
+// activation scale and summed in fp32. A row's result depends only on its own data, so it is the
+// same whatever tile shape or batch computes it.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/quant_q8.h"
+#include "kernels/cpu/gemm_q8.h"
+
+namespace deepinfer::kernels::cpu {
+namespace {
+
+// The two block scales at `s` spread over the lanes of their blocks (lanes 0-7, 8-15).
+inline __m512 block_scales(const float* s) {
+    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m128 pair = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s)));
+    return _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(pair));
+}
+
+template <int MR, int NR>
+void tile(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, float* y) {
+    int64_t chunks = xq.blocks / 2;
+    const float* wscale[NR];
+    for (int j = 0; j < NR; ++j) wscale[j] = reinterpret_cast<const float*>(w + j * wstride + xq.blocks * 32);
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+        __m512i wv[NR];
+        __m512 ws[NR];
+        for (int j = 0; j < NR; ++j) {
+            wv[j] = _mm512_loadu_si512(w + j * wstride + c * 64);
+            ws[j] = block_scales(wscale[j] + c * 2);
+        }
+        for (int i = 0; i < MR; ++i) {
+            __m512i xv = _mm512_loadu_si512(xq.codes(i) + c * 64);
+            __m512i corr = _mm512_loadu_si512(xq.lane_corrections(i) + c * 16);
+            __m512 xs = _mm512_loadu_ps(xq.lane_scales(i) + c * 16);
+            for (int j = 0; j < NR; ++j) {
+                __m512i dot = _mm512_dpbusd_epi32(corr, wv[j], xv);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws[j], xs), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; ++i) {
+        for (int j = 0; j < NR; ++j) {
+            float s = _mm512_reduce_add_ps(acc[i][j]);
+            float& out = y[i * a.ldy + j];
+            out = a.accumulate ? out + s : s;
+        }
+    }
+}
+
+template <int MR, int NR>
+void columns(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, float* y, int64_t nr) {
+    if constexpr (NR == 1) {
+        tile<MR, 1>(a, xq, w, wstride, y);
+    } else {
+        if (nr == NR) return tile<MR, NR>(a, xq, w, wstride, y);
+        return columns<MR, NR - 1>(a, xq, w, wstride, y, nr);
+    }
+}
+
+// One weight row block of up to NR rows against every activation row.
+template <int NR>
+void row_block(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, int64_t j, int64_t nr) {
+    if (a.m == 1) return columns<1, NR>(a, xq, w, wstride, a.y + j, nr);
+    for (int64_t i = 0; i < a.m; i += 4) {
+        Q8Activations rows = xq.from_row(i);
+        float* y = a.y + i * a.ldy + j;
+        switch (std::min<int64_t>(4, a.m - i)) {
+            case 4: columns<4, NR>(a, rows, w, wstride, y, nr); break;
+            case 3: columns<3, NR>(a, rows, w, wstride, y, nr); break;
+            case 2: columns<2, NR>(a, rows, w, wstride, y, nr); break;
+            default: columns<1, NR>(a, rows, w, wstride, y, nr); break;
+        }
+    }
+}
+
+}  // namespace
+
+void gemm_q8_rows_vnni(const GemmArgs& args, const Q8Activations& xq, int64_t n_begin, int64_t n_end) {
+    int64_t wstride = q8::row_bytes(args.k);
+    const auto* w = static_cast<const uint8_t*>(args.w);
+    // A lone activation row streams the weights: more rows in flight hide more memory latency.
+    int64_t step = args.m == 1 ? 8 : 4;
+    for (int64_t j = n_begin; j < n_end; j += step) {
+        int64_t nr = std::min(step, n_end - j);
+        if (args.m == 1)
+            row_block<8>(args, xq, w + j * wstride, wstride, j, nr);
+        else
+            row_block<4>(args, xq, w + j * wstride, wstride, j, nr);
+    }
+}
+
+}  // namespace deepinfer::kernels::cpu
