@@ -1,6 +1,7 @@
 // GEMM kernel throughput on this CPU: decode-shaped products (few rows of x against a large bf16
-// weight, memory-bound: reported as GB/s of weight read next to the machine's read bandwidth) and
-// prefill-shaped products (compute-bound: GFLOP/s), for every instruction set the CPU has.
+// or Q8 weight, memory-bound: reported as GB/s of weight read next to the machine's read
+// bandwidth) and prefill-shaped products (compute-bound: GFLOP/s), for every instruction set the
+// CPU has.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "core/quant_q8.h"
 #include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
 
@@ -60,18 +62,23 @@ int main(int argc, char** argv) {
     double bw = read_bandwidth(pool, w);
     std::printf("weight %ld x %ld bf16 (%.0f MB), %d threads, read bandwidth over it %.1f GB/s\n", static_cast<long>(n),
                 static_cast<long>(k), w.nbytes() / 1e6, pool.num_threads(), bw / 1e9);
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-        if (isa > detect_isa()) continue;
-        for (int64_t m : {1, 4, 16, 128}) {
-            Tensor x = Tensor::empty(DType::kF32, {m, k}), y = Tensor::empty(DType::kF32, {m, n});
-            for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.001f * static_cast<float>(i % 997);
-            kernels::cpu::GemmArgs a{.x = x.data<float>(), .lda = k, .w = w.raw(), .ldw = k, .w_dtype = DType::kBF16,
-                                     .y = y.data<float>(), .ldy = n, .m = m, .n = n, .k = k};
-            if (isa == Isa::kScalar && m > 4) continue;
-            double t = best_seconds(m >= 128 ? 2 : 5, [&] { kernels::cpu::gemm(pool, isa, a); });
-            std::printf("| %s | m=%ld | %.2f ms | weight read %.1f GB/s (%.0f%% of bandwidth) | %.1f GFLOP/s |\n",
-                        isa_name(isa), static_cast<long>(m), t * 1e3, w.nbytes() / t / 1e9, 100.0 * w.nbytes() / t / bw,
-                        2.0 * m * n * k / t / 1e9);
+    Tensor wq = q8::quantize(w);
+    std::vector<uint8_t> scratch;
+    for (const Tensor* weight : {&w, &wq}) {
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+            if (isa > detect_isa() || (weight == &wq && isa == Isa::kAvx2)) continue;  // Q8: VNNI or scalar
+            for (int64_t m : {1, 4, 16, 128}) {
+                Tensor x = Tensor::empty(DType::kF32, {m, k}), y = Tensor::empty(DType::kF32, {m, n});
+                for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.001f * static_cast<float>(i % 997);
+                kernels::cpu::GemmArgs a{.x = x.data<float>(), .lda = k, .w = weight->raw(), .ldw = k,
+                                         .w_dtype = weight->dtype(), .y = y.data<float>(), .ldy = n, .m = m, .n = n, .k = k};
+                if (isa == Isa::kScalar && m > 4) continue;
+                double t = best_seconds(m >= 128 ? 2 : 5, [&] { kernels::cpu::gemm(pool, isa, a, &scratch); });
+                double bytes = static_cast<double>(weight->nbytes());
+                std::printf("| %s | %s | m=%ld | %.2f ms | weight read %.1f GB/s (%.0f%% of bandwidth) | %.1f GFLOP/s |\n",
+                            dtype_name(weight->dtype()), isa_name(isa), static_cast<long>(m), t * 1e3, bytes / t / 1e9,
+                            100.0 * bytes / t / bw, 2.0 * m * n * k / t / 1e9);
+            }
         }
     }
     return 0;

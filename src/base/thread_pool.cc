@@ -10,8 +10,8 @@ thread_local bool tls_inside_pool_task = false;
 // An idle worker polls for the next job (kernels come in quick bursts during a forward pass):
 // first with `pause`, then yielding its core (so oversubscribed threads do not starve the ones
 // with work), and after kYieldIterations it sleeps on the condition variable.
-constexpr int kPauseIterations = 64;
-constexpr int kYieldIterations = 2000;
+constexpr int kPauseIterations = 4096;
+constexpr int kYieldIterations = 6000;
 
 inline void backoff(int iteration) {
     if (iteration < kPauseIterations) {

@@ -38,7 +38,11 @@ void tile(const GemmArgs& a, const float* x, const W* w, float* y) {
     int64_t kk = 0;
     for (; kk + 16 <= a.k; kk += 16) {
         __m512 wv[NR];
-        for (int j = 0; j < NR; ++j) wv[j] = load_w(w + j * a.ldw + kk);
+        for (int j = 0; j < NR; ++j) {
+            // The next row block, one tile ahead (see gemm_q8_vnni.cc).
+            _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * a.ldw + kk), _MM_HINT_T0);
+            wv[j] = load_w(w + j * a.ldw + kk);
+        }
         for (int i = 0; i < MR; ++i) {
             __m512 xv = _mm512_loadu_ps(x + i * a.lda + kk);
             for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
