@@ -1,13 +1,15 @@
 // Sliding-window + compressed-entry attention with sinks on the CPU. For each query token the
 // keys (window positions from the ring or from this step's new tokens, then the visible or
-// selected compressed entries) are gathered into one contiguous block, so both products run on
-// the GEMM kernel: scores = Q·Kᵀ and out = P·K (through Kᵀ).
+// selected compressed entries) are listed by row pointer; with AVX-512 both products read them in
+// place (attend.h), otherwise they are gathered into one block for the GEMM kernel: scores = Q·Kᵀ
+// and out = P·K (through Kᵀ).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/attend.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace deepinfer::kernels::cpu {
@@ -47,6 +49,16 @@ void collect_keys(const SeqSlice& s, int seq_idx, int t, const AttentionArgs& a,
     }
 }
 
+// The key rows copied contiguously and transposed, for the GEMM kernels of other instruction sets.
+void gather_keys(Scratch& sc, int64_t n, int64_t d) {
+    sc.keys.resize(n * d);
+    sc.keys_t.resize(d * n);
+    for (int64_t j = 0; j < n; ++j) {
+        std::memcpy(sc.keys.data() + j * d, sc.rows[j], d * sizeof(float));
+        for (int64_t c = 0; c < d; ++c) sc.keys_t[c * n + j] = sc.rows[j][c];
+    }
+}
+
 // Softmax over [scores, sink] per head, the sink only in the denominator.
 void softmax_with_sink(float* scores, int64_t num_keys, float sink) {
     float mx = sink;
@@ -79,26 +91,31 @@ void CpuBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& 
         const SeqSlice& s = seqs[it.seq];
         collect_keys(s, it.seq, it.token, a, sc.rows);
         int64_t n = static_cast<int64_t>(sc.rows.size()), nh = h1 - h0;
-        sc.keys.resize(n * d);
-        sc.keys_t.resize(d * n);
-        sc.scores.resize(nh * n);
-        for (int64_t j = 0; j < n; ++j) {
-            std::memcpy(sc.keys.data() + j * d, sc.rows[j], d * sizeof(float));
-            for (int64_t c = 0; c < d; ++c) sc.keys_t[c * n + j] = sc.rows[j][c];
-        }
         int64_t row = s.token_begin + it.token;
         const float* q = a.q.data<float>() + (row * heads + h0) * d;
-        GemmArgs g{.x = q, .lda = d, .w = sc.keys.data(), .ldw = d, .w_dtype = DType::kF32, .y = sc.scores.data(),
-                   .ldy = n, .m = nh, .n = n, .k = d};
-        gemm_rows(isa_, g, 0, n);
+        float* out = a.out.data<float>() + (row * heads + h0) * d;
+        sc.scores.resize(nh * n);
+        bool direct = isa_ == Isa::kAvx512;  // reads the keys in place (attend.h)
+        if (direct) {
+            attend_scores_avx512(q, nh, d, sc.rows.data(), n, sc.scores.data());
+        } else {
+            gather_keys(sc, n, d);
+            GemmArgs g{.x = q, .lda = d, .w = sc.keys.data(), .ldw = d, .w_dtype = DType::kF32, .y = sc.scores.data(),
+                       .ldy = n, .m = nh, .n = n, .k = d};
+            gemm_rows(isa_, g, 0, n);
+        }
         for (int64_t h = 0; h < nh; ++h) {
             float* sh = sc.scores.data() + h * n;
             for (int64_t j = 0; j < n; ++j) sh[j] *= a.scale;
             softmax_with_sink(sh, n, a.sinks.data<float>()[h0 + h]);
         }
-        GemmArgs o{.x = sc.scores.data(), .lda = n, .w = sc.keys_t.data(), .ldw = n, .w_dtype = DType::kF32,
-                   .y = a.out.data<float>() + (row * heads + h0) * d, .ldy = d, .m = nh, .n = d, .k = n};
-        gemm_rows(isa_, o, 0, d);
+        if (direct) {
+            attend_values_avx512(sc.scores.data(), nh, n, sc.rows.data(), d, out);
+        } else {
+            GemmArgs o{.x = sc.scores.data(), .lda = n, .w = sc.keys_t.data(), .ldw = n, .w_dtype = DType::kF32,
+                       .y = out, .ldy = d, .m = nh, .n = d, .k = n};
+            gemm_rows(isa_, o, 0, d);
+        }
     });
 }
 
