@@ -1,5 +1,6 @@
 // Mixture-of-experts routing and expert computation on the CPU. Tokens are grouped by expert so
-// each expert runs three GEMMs over just its tokens; the weighted outputs are scattered back.
+// each expert runs three GEMMs over just its tokens (all experts' gate and up products in one
+// dispatch, then all down products); the weighted outputs are scattered back.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -61,27 +62,45 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
         DI_CHECK(e >= 0 && e < static_cast<int32_t>(experts.size()), "moe: expert id {} out of range", e);
         assigned[e].push_back(i);
     }
-    std::vector<float> xe, gate, up, act, ye;
+    // Every active expert's tokens gathered into one block each, so that all gate / up products,
+    // then all down products, run as one pool dispatch apiece.
+    struct Active { size_t e; int64_t row0, m, inter, inter0; };
+    std::vector<Active> active;
+    int64_t rows = 0, inter_total = 0;
     for (size_t e = 0; e < experts.size(); ++e) {
-        const auto& rows = assigned[e];
-        if (rows.empty()) continue;
-        int64_t m = static_cast<int64_t>(rows.size()), inter = experts[e].w1.dim(0);
-        xe.resize(m * d);
-        for (int64_t r = 0; r < m; ++r)
-            std::copy_n(x.data<float>() + (rows[r] / top_k) * d, d, xe.data() + r * d);
-        gate.resize(m * inter);
-        up.resize(m * inter);
-        act.resize(m * inter);
-        ye.resize(m * d);
-        gemm(xe.data(), d, experts[e].w1, gate.data(), inter, m);
-        gemm(xe.data(), d, experts[e].w3, up.data(), inter, m);
-        for (int64_t i = 0; i < m * inter; ++i)
-            act[i] = silu(std::min(gate[i], limit)) * std::clamp(up[i], -limit, limit);
-        gemm(act.data(), inter, experts[e].w2, ye.data(), d, m);
-        for (int64_t r = 0; r < m; ++r) {
-            float w = weights.data<float>()[rows[r]];
-            float* o = out.data<float>() + (rows[r] / top_k) * d;
-            for (int64_t c = 0; c < d; ++c) o[c] += w * ye[r * d + c];
+        if (assigned[e].empty()) continue;
+        int64_t m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].w1.dim(0);
+        active.push_back({e, rows, m, inter, inter_total});
+        rows += m;
+        inter_total += m * inter;
+    }
+    std::vector<float> xe(rows * d), gate(inter_total), up(inter_total), ye(rows * d);
+    for (const Active& a : active)
+        for (int64_t r = 0; r < a.m; ++r)
+            std::copy_n(x.data<float>() + (assigned[a.e][r] / top_k) * d, d, xe.data() + (a.row0 + r) * d);
+    auto product = [&](const Tensor& w, const float* in, int64_t k, float* y, int64_t m) {
+        return GemmArgs{.x = in, .lda = k, .w = w.raw(), .ldw = w.dim(-1), .w_dtype = w.dtype(), .y = y,
+                        .ldy = w.dim(0), .m = m, .n = w.dim(0), .k = k};
+    };
+    std::vector<GemmArgs> products;
+    for (const Active& a : active) {
+        const float* in = xe.data() + a.row0 * d;
+        products.push_back(product(experts[a.e].w1, in, d, gate.data() + a.inter0, a.m));
+        products.push_back(product(experts[a.e].w3, in, d, up.data() + a.inter0, a.m));
+    }
+    cpu::gemm_batch(pool_, isa_, products, &q8_scratch_);
+    for (int64_t i = 0; i < inter_total; ++i) gate[i] = silu(std::min(gate[i], limit)) * std::clamp(up[i], -limit, limit);
+    products.clear();
+    for (const Active& a : active)
+        products.push_back(product(experts[a.e].w2, gate.data() + a.inter0, a.inter, ye.data() + a.row0 * d, a.m));
+    cpu::gemm_batch(pool_, isa_, products, &q8_scratch_);
+    for (const Active& a : active) {
+        for (int64_t r = 0; r < a.m; ++r) {
+            int64_t slot = assigned[a.e][r];
+            float w = weights.data<float>()[slot];
+            float* o = out.data<float>() + (slot / top_k) * d;
+            const float* y = ye.data() + (a.row0 + r) * d;
+            for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
         }
     }
 }

@@ -69,11 +69,59 @@ void gemm_q8(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_
     });
 }
 
-}  // namespace
-
-void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch) {
+void check_dtype(const GemmArgs& args) {
     DI_CHECK(args.w_dtype == DType::kBF16 || args.w_dtype == DType::kF32 || args.w_dtype == DType::kQ8,
              "gemm: unsupported weight dtype {}", dtype_name(args.w_dtype));
+}
+
+// Weight rows [n0, n1) of one product of a batch, for all its activation rows, in blocks of x
+// rows as split() does.
+void batch_piece(Isa isa, const GemmArgs& args, const Q8Activations* xq, int64_t n0, int64_t n1) {
+    int64_t mb = x_block_rows(args.k);
+    for (int64_t m0 = 0; m0 < args.m; m0 += mb) {
+        GemmArgs sub = args;
+        sub.x = args.x + m0 * args.lda;
+        sub.y = args.y + m0 * args.ldy;
+        sub.m = std::min(mb, args.m - m0);
+        if (xq != nullptr)
+            gemm_q8_rows(isa, sub, xq->from_row(m0), n0, n1);
+        else
+            gemm_rows(isa, sub, n0, n1);
+    }
+}
+
+}  // namespace
+
+void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, std::vector<uint8_t>* scratch) {
+    std::vector<uint8_t> local;
+    std::vector<uint8_t>& buf = scratch != nullptr ? *scratch : local;
+    std::vector<int64_t> start(products.size() + 1, 0), q8_offset(products.size(), -1);
+    int64_t q8_bytes = 0;
+    for (size_t p = 0; p < products.size(); ++p) {
+        check_dtype(products[p]);
+        start[p + 1] = start[p] + (products[p].m > 0 ? products[p].n : 0);
+        if (products[p].w_dtype != DType::kQ8) continue;
+        q8_offset[p] = q8_bytes;
+        q8_bytes += products[p].m * q8_activation_stride(products[p].k);
+    }
+    buf.resize(static_cast<size_t>(q8_bytes));
+    std::vector<Q8Activations> xq(products.size());
+    for (size_t p = 0; p < products.size(); ++p) {
+        if (q8_offset[p] < 0) continue;
+        const GemmArgs& a = products[p];
+        xq[p] = {a.k, q8::padded_blocks(a.k), q8_activation_stride(a.k), buf.data() + q8_offset[p]};
+        quantize_activations(a.x, a.lda, a.k, 0, a.m, buf.data() + q8_offset[p]);
+    }
+    pool.parallel_for(start.back(), 16, [&](int64_t b, int64_t e) {
+        for (size_t p = 0; p < products.size(); ++p) {
+            int64_t n0 = std::max(b, start[p]), n1 = std::min(e, start[p + 1]);
+            if (n0 < n1) batch_piece(isa, products[p], q8_offset[p] >= 0 ? &xq[p] : nullptr, n0 - start[p], n1 - start[p]);
+        }
+    });
+}
+
+void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch) {
+    check_dtype(args);
     if (args.m == 0 || args.n == 0) return;
     if (args.w_dtype == DType::kQ8) {
         std::vector<uint8_t> local;

@@ -3,6 +3,7 @@
 // fp32 or Q8 weights (core/quant_q8.h; gemm_q8.h) and fp32 accumulation. Three variants (scalar, AVX2, AVX-512) share one contract;
 // the caller picks by Isa, so tests can run every variant the machine supports.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/cpu_features.h"
@@ -33,6 +34,9 @@ void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end);
 // The whole product, spread over the pool. Q8 weights quantize x into `scratch` first (a
 // temporary buffer when null).
 void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch = nullptr);
+// Independent products in one pool dispatch (the experts of a MoE layer): their weight rows are
+// laid end to end and split over the threads; every row is computed as gemm() computes it.
+void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, std::vector<uint8_t>* scratch = nullptr);
 
 // Per-ISA entry points behind gemm_rows.
 void gemm_rows_scalar(const GemmArgs& args, int64_t n_begin, int64_t n_end);
