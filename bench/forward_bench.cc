@@ -128,7 +128,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 // Bytes of a checkpoint tensor as the loader keeps it in memory (model/weight_loader.h): FP8 and
 // packed FP4 matrices widen to bf16, fp16 to fp32, Q8 re-encodes linear weights at 36 bytes per
-// 32 values; block scales are folded in. Parameters counted from the shape.
+// 32 values (MXFP4 ones kept at 20); block scales are folded in. Parameters counted from the shape.
 std::pair<double, double> loaded_bytes(const std::string& name, const SafetensorsEntry& e, model::WeightQuant quant) {
     if (e.dtype == DType::kF8E8M0 || ends_with(name, "_scale_inv") || ends_with(name, ".scale")) return {0.0, 0.0};
     double params = 1;
@@ -138,7 +138,8 @@ std::pair<double, double> loaded_bytes(const std::string& name, const Safetensor
     bool router = ends_with(name, "gate.weight") && name.find("expert") == std::string::npos;
     bool stays = name.find("embed") != std::string::npos || router;  // see WeightLoader::linear
     double size = !matrix || e.dtype == DType::kF32 || e.dtype == DType::kF16 ? 4.0 : 2.0;
-    if (matrix && quant == model::WeightQuant::kQ8 && !stays) size = 36.0 / 32.0;
+    if (matrix && quant == model::WeightQuant::kQ8 && !stays)
+        size = e.dtype == DType::kI8 || e.dtype == DType::kU8 ? 20.0 / 32.0 : 36.0 / 32.0;  // MXFP4 kept, else Q8
     return {params * size, params};
 }
 

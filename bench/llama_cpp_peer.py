@@ -233,17 +233,21 @@ def convert(llama_src: Path, argv: list[str]) -> int:
 # Results: one TSV row per (round, engine, metric, value in tok/s).
 
 METRICS = [("prefill_128", "prefill 128 tok/s"), ("prefill_512", "prefill 512 tok/s"),
-           ("decode_b1", "decode batch 1 tok/s"), ("decode_b4", "decode batch 4 tok/s")]
+           ("decode_b1", "decode batch 1 tok/s"), ("decode_b4", "decode batch 4 tok/s"),
+           ("floor_b1", "decode batch 1: step / bandwidth floor"), ("floor_b4", "decode batch 4: step / bandwidth floor")]
 
 
 def collect(engine: str, round_: str, path: Path) -> int:
     rows: list[tuple[str, float]] = []
     text = path.read_text(errors="replace")
-    if engine == "deepinfer":  # bench_forward's markdown rows
+    if engine.startswith("deepinfer"):  # bench_forward's markdown rows
         for m in re.finditer(r"^\| prefill \| (\d+) tokens \| ([\d.]+) tok/s", text, re.M):
             rows.append((f"prefill_{m.group(1)}", float(m.group(2))))
         for m in re.finditer(r"^\| decode \| batch (\d+) \| ([\d.]+) tok/s", text, re.M):
             rows.append((f"decode_b{m.group(1)}", float(m.group(2))))
+        # The floor: the bytes a step reads over the read bandwidth measured in the same run.
+        for m in re.finditer(r"^\| decode \| batch (\d+) \|.*\| ([\d.]+)x floor \|", text, re.M):
+            rows.append((f"floor_b{m.group(1)}", float(m.group(2))))
     else:  # llama-bench -o jsonl (prefill) and llama-batched-bench --output-format jsonl (decode)
         for line in text.splitlines():
             if not line.startswith("{"):
@@ -274,7 +278,7 @@ def table(path: Path) -> int:
         if engine not in engines:
             engines.append(engine)
         data.setdefault((engine, metric), []).append(float(value))
-    names = {"deepinfer": "DeepInfer (bf16)", "llama_bf16": "llama.cpp bf16", "llama_q8_0": "llama.cpp Q8_0",
+    names = {"deepinfer": "DeepInfer (bf16)", "deepinfer_q8": "DeepInfer (q8 weights)", "llama_bf16": "llama.cpp bf16", "llama_q8_0": "llama.cpp Q8_0",
              "llama_native": "llama.cpp bf16 + MXFP4 experts"}
     print(f"median of {len(rounds)} alternating rounds (min / **median** / max)\n")
     print("| | " + " | ".join(names.get(e, e) for e in engines) + " |")
@@ -286,7 +290,7 @@ def table(path: Path) -> int:
             if not v:
                 cells.append("n/a")
                 continue
-            fmt = "{:.0f}" if statistics.median(v) >= 100 else "{:.1f}"
+            fmt = "{:.0f}" if statistics.median(v) >= 100 else "{:.2f}" if metric.startswith("floor") else "{:.1f}"
             cells.append(f"{fmt.format(min(v))} / **{fmt.format(statistics.median(v))}** / {fmt.format(max(v))}"
                          + (f" (n={len(v)})" if len(v) != len(rounds) else ""))
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -35,6 +35,8 @@
 #                            the same bytes DeepInfer reads
 #                     q8_0   every matrix Q8_0 (llama-quantize Q8_0, experts requantized)
 #                     native the converter's own output: bf16 matrices, MXFP4 routed experts
+#   DEEPINFER_VARIANTS  DeepInfer weight formats, in order (default "none q8"): none = as loaded
+#                     (bf16), q8 = --quantize q8 (8-bit blocks, the counterpart of Q8_0)
 #   JOBS            parallel jobs for the llama.cpp build (default 2; it runs under nice -n 19)
 #   PYTHON          python with the packages above (default: the first python3 that has them)
 set -euo pipefail
@@ -51,6 +53,7 @@ ROUNDS=${ROUNDS:-6}
 CONTEXT=${CONTEXT:-128}
 DECODE_STEPS=${DECODE_STEPS:-16}
 LLAMA_VARIANTS=${LLAMA_VARIANTS:-bf16 q8_0 native}
+DEEPINFER_VARIANTS=${DEEPINFER_VARIANTS:-none q8}
 JOBS=${JOBS:-2}
 
 log() { printf '[llama_cpp_peer] %s\n' "$*" >&2; }
@@ -178,10 +181,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     log "round $r/$ROUNDS (load average: $load)"
     echo "# round $r load $load" >>"$RESULTS"
-    out=$LOGS/round$r-deepinfer.txt
-    "$DEEPINFER_BIN/bench_forward" --model "$RELEASE" --prompt 128,512 --batch 1,4 --context "$CONTEXT" \
-        --decode-steps "$DECODE_STEPS" --threads "$THREADS" >"$out" 2>&1 || { tail "$out" >&2; die "bench_forward failed"; }
-    "$PYTHON" "$REPO/bench/llama_cpp_peer.py" collect deepinfer "$r" "$out" >>"$RESULTS"
+    for q in $DEEPINFER_VARIANTS; do
+        name=deepinfer$([[ $q == none ]] || echo "_$q")
+        out=$LOGS/round$r-$name.txt
+        "$DEEPINFER_BIN/bench_forward" --model "$RELEASE" --prompt 128,512 --batch 1,4 --context "$CONTEXT" \
+            --decode-steps "$DECODE_STEPS" --threads "$THREADS" --quantize "$q" >"$out" 2>&1 ||
+            { tail "$out" >&2; die "bench_forward failed"; }
+        "$PYTHON" "$REPO/bench/llama_cpp_peer.py" collect "$name" "$r" "$out" >>"$RESULTS"
+    done
     for v in $LLAMA_VARIANTS; do
         out=$LOGS/round$r-llama-$v.txt
         "$LLAMA_BIN/llama-bench" -m "${GGUF[$v]}" -t "$THREADS" -p 128,512 -n 0 -r 2 -o jsonl >"$out" 2>"$out.err" ||

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 
 namespace deepinfer {
@@ -30,11 +31,13 @@ size_t dtype_size(DType dtype) {
 
 size_t dtype_row_bytes(DType dtype, int64_t row_elems) {
     if (dtype == DType::kQ8) return static_cast<size_t>(q8::row_bytes(row_elems));
+    if (dtype == DType::kMxfp4) return static_cast<size_t>(mxfp4::row_bytes(row_elems));
     return static_cast<size_t>(row_elems) * dtype_size(dtype);
 }
 
 const char* dtype_name(DType dtype) {
     if (dtype == DType::kQ8) return "Q8_32";
+    if (dtype == DType::kMxfp4) return "MXFP4_32";
     for (const auto& info : kDTypes)
         if (info.dtype == dtype) return info.name;
     return "unknown";

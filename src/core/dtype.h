@@ -7,11 +7,12 @@
 
 namespace deepinfer {
 
-// kQ8 is not a safetensors type: weights quantized at load into rows of 8-bit blocks
-// (core/quant_q8.h); its rows are not element-sized, so size tensors of it with dtype_row_bytes().
-enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kQ8, kUnknown };
+// kQ8 and kMxfp4 are not safetensors types: weights kept in rows of 8-bit blocks made at load
+// (core/quant_q8.h) or of the releases' 4-bit blocks (core/quant_mxfp4.h); their rows are not
+// element-sized, so size tensors of them with dtype_row_bytes().
+enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kQ8, kMxfp4, kUnknown };
 
-// Bytes per element (0 for kUnknown and for kQ8, whose rows are blocks).
+// Bytes per element (0 for kUnknown and for kQ8 / kMxfp4, whose rows are blocks).
 size_t dtype_size(DType dtype);
 // Bytes of one row of `row_elems` elements (the last dimension).
 size_t dtype_row_bytes(DType dtype, int64_t row_elems);

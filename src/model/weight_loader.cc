@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.h"
+#include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/backend.h"
 
@@ -30,9 +31,6 @@ namespace {
 // An unsigned power-of-two exponent (OCP E8M0): 2^(b - 127); 255 is NaN.
 float e8m0_to_f32(uint8_t b) { return b == 255 ? std::nanf("") : std::ldexp(1.0f, static_cast<int>(b) - 127); }
 
-// float4 e2m1 codes (sign in bit 3).
-constexpr float kE2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
-                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 Tensor widen_to_f32(const Tensor& t) {
     Tensor out = Tensor::empty(DType::kF32, t.shape());
@@ -89,8 +87,14 @@ Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) cons
 }
 
 Tensor WeightLoader::linear(const Names& names, std::vector<int64_t> shape) const {
-    Tensor m = matrix(names, std::move(shape));
-    return quant_ == WeightQuant::kQ8 ? q8::quantize(m) : m;
+    if (quant_ != WeightQuant::kQ8) return matrix(names, std::move(shape));
+    std::string name = resolve(names);
+    const SafetensorsEntry& e = ckpt_.entry(name);
+    if ((e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2) {  // 4 bits are fewer than 8: kept
+        auto [codes, scale] = packed_fp4(name, shape);
+        return mxfp4::pack(codes, scale, shape[1]);
+    }
+    return q8::quantize(matrix(names, std::move(shape)));
 }
 
 WeightQuant parse_weight_quant(const std::string& name) {
@@ -156,7 +160,7 @@ Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& q) co
 // Routed experts of the releases: e2m1 codes packed two per byte along the input dimension
 // (the lower nibble holds the even column), one power-of-two scale per 32 inputs. Every value
 // is exact in bf16.
-Tensor WeightLoader::dequantize_fp4(const std::string& name, const std::vector<int64_t>& shape) const {
+std::pair<Tensor, Tensor> WeightLoader::packed_fp4(const std::string& name, const std::vector<int64_t>& shape) const {
     int64_t rows = shape[0], cols = shape[1];
     DI_CHECK(cols % 32 == 0, "packed FP4 tensor '{}': {} columns are not a multiple of the 32-column scale block", name,
              cols);
@@ -164,13 +168,18 @@ Tensor WeightLoader::dequantize_fp4(const std::string& name, const std::vector<i
     std::string base = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
     auto scale_name = ckpt_.find({base + ".scale", name + "_scale", base + ".weight_scale"});
     DI_CHECK(scale_name.has_value(), "packed FP4 tensor '{}' in {} has no scale ({}.scale)", name, ckpt_.file_of(name), base);
-    Tensor scale = param({*scale_name}, {rows, cols / 32});
+    return {q, param({*scale_name}, {rows, cols / 32})};
+}
+
+Tensor WeightLoader::dequantize_fp4(const std::string& name, const std::vector<int64_t>& shape) const {
+    int64_t rows = shape[0], cols = shape[1];
+    auto [q, scale] = packed_fp4(name, shape);
     Tensor out = Tensor::empty(DType::kBF16, {rows, cols});
     const uint8_t* src = q.data<uint8_t>();
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) {
             uint8_t byte = src[r * (cols / 2) + c / 2];
-            float v = kE2m1[c % 2 == 0 ? byte & 0xF : byte >> 4] * scale.data<float>()[r * (cols / 32) + c / 32];
+            float v = mxfp4::kE2m1[c % 2 == 0 ? byte & 0xF : byte >> 4] * scale.data<float>()[r * (cols / 32) + c / 32];
             out.data<uint16_t>()[r * cols + c] = f32_to_bf16(v);
         }
     return out;

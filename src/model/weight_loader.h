@@ -6,13 +6,15 @@
 //    I8 / U8 2-D weights are MXFP4 (two e2m1 codes a byte, a power-of-two `.scale` per 32
 //    inputs) and dequantised to bf16 (exactly).
 //  - linear(): matrix(), then quantized as the loader was asked (WeightQuant) - for the weights of
-//    linear layers; embeddings and routers stay matrix().
+//    linear layers; embeddings and routers stay matrix(). Under kQ8, MXFP4 weights stay 4-bit
+//    (DType::kMxfp4) instead of widening.
 //  - param(): everything else that is float (norms, biases, mHC, sinks, E8M0 scales) as fp32.
 //  - table(): integer tables (tid2eid) as stored.
 // Each takes candidate names (release, HF-saved and HF-module spellings); errors name them all.
 #include <array>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -49,6 +51,8 @@ private:
     Tensor checked(const std::string& name, const std::vector<int64_t>& shape) const;
     Tensor dequantize_fp8(const std::string& name, const Tensor& q) const;
     Tensor dequantize_fp4(const std::string& name, const std::vector<int64_t>& shape) const;
+    // The packed codes [rows, cols / 2] and their scales as fp32 [rows, cols / 32].
+    std::pair<Tensor, Tensor> packed_fp4(const std::string& name, const std::vector<int64_t>& shape) const;
 
     const Checkpoint& ckpt_;
     std::array<int, 2> fp8_block_;

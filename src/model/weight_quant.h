@@ -8,8 +8,9 @@ class Backend;
 
 namespace deepinfer::model {
 
-// kQ8: the weights of linear layers as 8-bit blocks (core/quant_q8.h); embeddings and routers
-// keep the checkpoint's format.
+// kQ8: the weights of linear layers as 8-bit blocks (core/quant_q8.h), MXFP4 ones kept 4-bit
+// (core/quant_mxfp4.h), both multiplied by 8-bit activations; embeddings and routers keep the
+// checkpoint's format.
 enum class WeightQuant { kNone, kQ8 };
 
 // "none" / "q8" (empty = none); anything else is an error naming the choices.

@@ -1,6 +1,7 @@
-// Q8 weights (core/quant_q8.h) and the Q8 GEMM kernels: the quantizer's rounding bound, every
-// kernel variant against a double-precision product of the dequantized operands, and a row's
-// result being bitwise the same whatever batch it is computed in.
+// Q8 and MXFP4 weights (core/quant_q8.h, core/quant_mxfp4.h) and the GEMM kernels that multiply
+// them by 8-bit activations: the quantizer's rounding bound, MXFP4 packing against the e2m1
+// definition, every kernel variant against a double-precision product of the dequantized
+// operands, and a row's result being bitwise the same whatever batch it is computed in.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_q8.h"
@@ -38,9 +40,25 @@ std::vector<Isa> q8_isas() {
     return out;
 }
 
+// Random MXFP4 weights [n, k] as a checkpoint stores them: codes two a byte (even input in the
+// low nibble) and power-of-two scales, which `values` receives as fp32 [n, k].
+Tensor random_mxfp4(int64_t n, int64_t k, std::mt19937& rng, Tensor& values) {
+    Tensor codes = Tensor::empty(DType::kU8, {n, k / 2}), scales = Tensor::empty(DType::kF32, {n, k / 32});
+    for (int64_t i = 0; i < codes.numel(); ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = std::ldexp(1.0f, static_cast<int>(rng() % 9) - 6);
+    values = Tensor::empty(DType::kF32, {n, k});
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+            uint8_t byte = codes.data<uint8_t>()[r * (k / 2) + c / 2];
+            values.data<float>()[r * k + c] =
+                mxfp4::kE2m1[c % 2 == 0 ? byte & 0xF : byte >> 4] * scales.data<float>()[r * (k / 32) + c / 32];
+        }
+    return mxfp4::pack(codes, scales, k);
+}
+
 Tensor run_q8(Isa isa, ThreadPool& pool, const Tensor& x, const Tensor& wq, bool accumulate, const Tensor& init) {
     Tensor y = test::copy_of(init);
-    cpu::GemmArgs a{.x = x.data<float>(), .lda = x.dim(1), .w = wq.raw(), .ldw = wq.dim(1), .w_dtype = DType::kQ8,
+    cpu::GemmArgs a{.x = x.data<float>(), .lda = x.dim(1), .w = wq.raw(), .ldw = wq.dim(1), .w_dtype = wq.dtype(),
                     .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = wq.dim(0), .k = wq.dim(1),
                     .accumulate = accumulate};
     cpu::gemm(pool, isa, a);
@@ -80,13 +98,42 @@ TEST(Q8, QuantizeRoundsWithinHalfAStep) {
     }
 }
 
+TEST(Mxfp4, PackedRowsStandForTheCheckpointsValues) {
+    std::mt19937 rng(14);
+    for (int64_t k : {32, 64, 96, 1024}) {
+        Tensor values;
+        Tensor w = random_mxfp4(7, k, rng, values);
+        EXPECT_EQ(w.nbytes(), static_cast<size_t>(7 * mxfp4::row_bytes(k)));
+        Tensor back = mxfp4::dequantize(w);
+        EXPECT_EQ(std::memcmp(back.raw(), values.raw(), values.nbytes()), 0) << "k=" << k;
+    }
+}
+
+// Both weight formats the 8-bit kernels take, made from random data of shape [n, k].
+struct Weights {
+    Tensor stored, values;
+};
+std::vector<Weights> weight_formats(int64_t n, int64_t k, std::mt19937& rng) {
+    std::vector<Weights> out;
+    Tensor q = q8::quantize(uneven_weights(n, k, rng));
+    out.push_back({q, q8::dequantize(q)});
+    if (k % 32 == 0) {
+        Tensor values;
+        Tensor f = random_mxfp4(n, k, rng, values);
+        out.push_back({f, values});
+    }
+    return out;
+}
+
 TEST(Q8, EveryKernelMatchesTheDequantizedProduct) {
     std::mt19937 rng(12);
     ThreadPool pool(3);
     for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {1, 37, 100}, {3, 5, 17}, {4, 8, 64}, {5, 9, 33},
-                                                             {7, 64, 48}, {17, 130, 257}, {64, 40, 512}, {1, 300, 1024}}) {
-        Tensor w = uneven_weights(n, k, rng);
-        Tensor wq = q8::quantize(w), wd = q8::dequantize(wq);
+                                                             {7, 64, 48}, {17, 130, 257}, {64, 40, 512}, {1, 300, 1024},
+                                                             {2, 19, 96}, {6, 33, 32}}) {
+      for (const Weights& f : weight_formats(n, k, rng)) {
+        const Tensor& wq = f.stored;
+        const Tensor& wd = f.values;
         Tensor x = test::random_f32({m, k}, rng), xd = dequantized_activations(x);
         Tensor init = test::random_f32({m, n}, rng);
         Tensor expect = Tensor::empty(DType::kF32, {m, n}), expect_acc = Tensor::empty(DType::kF32, {m, n});
@@ -99,27 +146,67 @@ TEST(Q8, EveryKernelMatchesTheDequantizedProduct) {
             }
         }
         for (Isa isa : q8_isas()) {
-            SCOPED_TRACE(testing::Message() << isa_name(isa) << " m=" << m << " n=" << n << " k=" << k);
+            SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(wq.dtype()) << " m=" << m << " n=" << n
+                                            << " k=" << k);
             EXPECT_TRUE(test::all_close(run_q8(isa, pool, x, wq, false, init), expect, 1e-4, 1e-5));
             EXPECT_TRUE(test::all_close(run_q8(isa, pool, x, wq, true, init), expect_acc, 1e-4, 1e-5));
         }
+      }
     }
 }
 
 TEST(Q8, ARowGivesTheSameBitsInEveryBatch) {
     std::mt19937 rng(13);
     int64_t n = 70, k = 320;
-    Tensor wq = q8::quantize(test::random_bf16({n, k}, rng));
     Tensor x = test::random_f32({9, k}, rng), zero = Tensor::zeros(DType::kF32, {9, n});
     ThreadPool one(1), three(3);
+    for (const Weights& f : weight_formats(n, k, rng))
     for (Isa isa : q8_isas()) {
+        const Tensor& wq = f.stored;
         Tensor batch = run_q8(isa, three, x, wq, false, zero);
         for (int64_t i = 0; i < 9; ++i) {
             Tensor alone = run_q8(isa, one, x.rows(i, i + 1), wq, false, zero.rows(i, i + 1));
             EXPECT_EQ(std::memcmp(alone.raw(), batch.rows(i, i + 1).raw(), alone.nbytes()), 0)
-                << isa_name(isa) << " row " << i;
+                << isa_name(isa) << " " << dtype_name(wq.dtype()) << " row " << i;
         }
     }
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels
+
+namespace deepinfer::kernels {
+namespace {
+
+// The experts of a MoE layer run as one gemm_batch: each product's rows must be bitwise what a
+// gemm of its own gives, whatever the weight format and however the rows fall across threads.
+TEST(Gemm, BatchGivesEachProductsOwnBits) {
+    std::mt19937 rng(15);
+    ThreadPool pool(3);
+    std::vector<Tensor> xs, ws, alone, together;
+    std::vector<cpu::GemmArgs> products;
+    int64_t shapes[][3] = {{1, 40, 64}, {3, 17, 96}, {1, 64, 128}, {5, 33, 64}, {2, 8, 32}};
+    for (size_t p = 0; p < std::size(shapes); ++p) {
+        auto [m, n, k] = shapes[p];
+        Tensor values;
+        xs.push_back(test::random_f32({m, k}, rng));
+        ws.push_back(p % 3 == 0 ? test::random_bf16({n, k}, rng)
+                                : p % 3 == 1 ? q8::quantize(test::random_bf16({n, k}, rng)) : random_mxfp4(n, k, rng, values));
+        alone.push_back(Tensor::zeros(DType::kF32, {m, n}));
+        together.push_back(Tensor::zeros(DType::kF32, {m, n}));
+    }
+    for (size_t p = 0; p < xs.size(); ++p) {
+        const Tensor &x = xs[p], &w = ws[p];
+        auto args = [&](Tensor& y) {
+            return cpu::GemmArgs{.x = x.data<float>(), .lda = x.dim(1), .w = w.raw(), .ldw = w.dim(1), .w_dtype = w.dtype(),
+                                 .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = w.dim(0), .k = w.dim(1)};
+        };
+        cpu::gemm(pool, detect_isa(), args(alone[p]));
+        products.push_back(args(together[p]));
+    }
+    cpu::gemm_batch(pool, detect_isa(), products);
+    for (size_t p = 0; p < xs.size(); ++p)
+        EXPECT_EQ(std::memcmp(alone[p].raw(), together[p].raw(), alone[p].nbytes()), 0) << "product " << p;
 }
 
 }  // namespace

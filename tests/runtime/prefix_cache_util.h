@@ -60,7 +60,11 @@ inline std::vector<CachedModel> cached_models() {
     };
 }
 
-inline uint32_t random_seed() { return std::random_device{}(); }
+// A fresh seed per run; DEEPINFER_TEST_SEED replays one a failure printed.
+inline uint32_t random_seed() {
+    if (const char* s = std::getenv("DEEPINFER_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+    return std::random_device{}();
+}
 
 struct Turn {
     std::vector<int32_t> tokens;

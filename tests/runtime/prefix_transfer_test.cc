@@ -99,6 +99,15 @@ Exported export_prompt(const CachedModel& m, const std::vector<int32_t>& prompt)
 
 class PrefixTransfer : public ::testing::TestWithParam<CachedModel> {};
 
+// The engine publishes its stats (and has put the spans in its cache) after the step or idle pass
+// that ended the export; the sink may hear of the end first. Returns the spans exported by then.
+int64_t wait_for_export(const Exported& ex) {
+    int64_t exported = 0;
+    for (int i = 0; i < 1000 && (exported = ex.engine->stats().prefix_cache.exported_spans) < static_cast<int64_t>(ex.spans.size()); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return exported;
+}
+
 TEST_P(PrefixTransfer, DecodeEngineContinuesExactly) {
     const CachedModel& m = GetParam();
     uint32_t seed = random_seed();
@@ -109,12 +118,7 @@ TEST_P(PrefixTransfer, DecodeEngineContinuesExactly) {
     Exported ex = export_prompt(m, prompt);
     int64_t span = ex.engine->stats().prefix_cache.span_tokens;
     ASSERT_EQ(static_cast<int64_t>(ex.spans.size()), (static_cast<int64_t>(prompt.size()) - 1) / span);
-    // The engine publishes its stats after the step or idle pass that ended the export (the sink
-    // may hear of the end first).
-    int64_t exported = 0;
-    for (int i = 0; i < 1000 && (exported = ex.engine->stats().prefix_cache.exported_spans) < static_cast<int64_t>(ex.spans.size()); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    EXPECT_EQ(exported, static_cast<int64_t>(ex.spans.size()));
+    EXPECT_EQ(wait_for_export(ex), static_cast<int64_t>(ex.spans.size()));
 
     auto decode = Engine::create(transfer_config(m));
     EXPECT_EQ(decode->import_prefix_spans(ex.spans), static_cast<int>(ex.spans.size()));
@@ -130,8 +134,11 @@ TEST_P(PrefixTransfer, DecodeEngineContinuesExactly) {
 // out from the cache (a hit) just the same.
 TEST_P(PrefixTransfer, CachedSpansAreExportedToo) {
     const CachedModel& m = GetParam();
-    std::vector<int32_t> prompt = random_prompt(m, random_seed());
+    uint32_t seed = random_seed();
+    SCOPED_TRACE(m.name + " seed " + std::to_string(seed));
+    std::vector<int32_t> prompt = random_prompt(m, seed);
     Exported first = export_prompt(m, prompt);
+    ASSERT_EQ(wait_for_export(first), static_cast<int64_t>(first.spans.size()));  // in the cache by then
     auto sink = std::make_shared<SpanCollector>();
     Generated again = generate(*first.engine, prompt, 1, sink);
     EXPECT_GT(again.cached_tokens, 0);

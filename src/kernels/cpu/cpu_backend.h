@@ -73,6 +73,9 @@ private:
     std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step
     HostArena weights_;                                                    // uploads (weights, tables)
     std::vector<uint8_t> q8_scratch_;  // activations quantized for Q8 weights (gemm runs one at a time)
+    struct MoeScratch {
+        std::vector<float> tokens, gate, up, out;
+    } moe_scratch_;  // moe_experts' per-expert blocks
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads, Isa isa);

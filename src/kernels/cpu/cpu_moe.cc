@@ -74,7 +74,14 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
         rows += m;
         inter_total += m * inter;
     }
-    std::vector<float> xe(rows * d), gate(inter_total), up(inter_total), ye(rows * d);
+    // Kept across calls: growing them is the only time they are touched by the allocator (a prefill
+    // step's buffers are tens of MB, whose fresh pages cost more than the products).
+    std::vector<float>& xe = moe_scratch_.tokens;
+    std::vector<float>& gate = moe_scratch_.gate;
+    std::vector<float>& up = moe_scratch_.up;
+    std::vector<float>& ye = moe_scratch_.out;
+    for (auto [v, size] : {std::pair{&xe, rows * d}, {&gate, inter_total}, {&up, inter_total}, {&ye, rows * d}})
+        if (static_cast<int64_t>(v->size()) < size) v->resize(size);
     for (const Active& a : active)
         for (int64_t r = 0; r < a.m; ++r)
             std::copy_n(x.data<float>() + (assigned[a.e][r] / top_k) * d, d, xe.data() + (a.row0 + r) * d);

@@ -11,6 +11,9 @@ namespace deepinfer::kernels::cpu {
 namespace {
 
 // Rows of x processed together so that a block of x stays in cache while w streams past it.
+// Weights the Q8 kernels take, with activations quantized to 8 bits.
+bool is_block_quantized(DType t) { return t == DType::kQ8 || t == DType::kMxfp4; }
+
 int64_t x_block_rows(int64_t k) { return std::max<int64_t>(4, std::min<int64_t>(64, (256 * 1024) / (4 * k + 1) / 4 * 4)); }
 
 }  // namespace
@@ -70,7 +73,7 @@ void gemm_q8(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_
 }
 
 void check_dtype(const GemmArgs& args) {
-    DI_CHECK(args.w_dtype == DType::kBF16 || args.w_dtype == DType::kF32 || args.w_dtype == DType::kQ8,
+    DI_CHECK(args.w_dtype == DType::kBF16 || args.w_dtype == DType::kF32 || is_block_quantized(args.w_dtype),
              "gemm: unsupported weight dtype {}", dtype_name(args.w_dtype));
 }
 
@@ -100,7 +103,7 @@ void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, s
     for (size_t p = 0; p < products.size(); ++p) {
         check_dtype(products[p]);
         start[p + 1] = start[p] + (products[p].m > 0 ? products[p].n : 0);
-        if (products[p].w_dtype != DType::kQ8) continue;
+        if (!is_block_quantized(products[p].w_dtype)) continue;
         q8_offset[p] = q8_bytes;
         q8_bytes += products[p].m * q8_activation_stride(products[p].k);
     }
@@ -123,7 +126,7 @@ void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, s
 void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch) {
     check_dtype(args);
     if (args.m == 0 || args.n == 0) return;
-    if (args.w_dtype == DType::kQ8) {
+    if (is_block_quantized(args.w_dtype)) {
         std::vector<uint8_t> local;
         return gemm_q8(pool, isa, args, scratch != nullptr ? *scratch : local);
     }

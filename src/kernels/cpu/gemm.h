@@ -18,8 +18,8 @@ namespace deepinfer::kernels::cpu {
 struct GemmArgs {
     const float* x = nullptr;  // [m, k], row stride lda
     int64_t lda = 0;
-    // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16, kF32, or kQ8 whose rows are
-    // q8::row_bytes(k) apart whatever ldw says)
+    // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16, kF32, or kQ8 / kMxfp4 whose rows
+    // are q8::row_bytes(k) / mxfp4::row_bytes(k) apart whatever ldw says)
     const void* w = nullptr;
     int64_t ldw = 0;
     DType w_dtype = DType::kBF16;
@@ -31,8 +31,8 @@ struct GemmArgs {
 
 // Computes rows [n_begin, n_end) of w for all m rows of x, on the calling thread.
 void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end);
-// The whole product, spread over the pool. Q8 weights quantize x into `scratch` first (a
-// temporary buffer when null).
+// The whole product, spread over the pool. Q8 and MXFP4 weights quantize x into `scratch` first
+// (a temporary buffer when null).
 void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch = nullptr);
 // Independent products in one pool dispatch (the experts of a MoE layer): their weight rows are
 // laid end to end and split over the threads; every row is computed as gemm() computes it.

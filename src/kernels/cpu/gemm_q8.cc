@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm_q8.h"
 
+#include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 
 namespace deepinfer::kernels::cpu {
@@ -31,19 +32,31 @@ void gemm_q8_rows(Isa isa, const GemmArgs& args, const Q8Activations& xq, int64_
     gemm_q8_rows_scalar(args, xq, n_begin, n_end);
 }
 
+namespace {
+
+// Weight code t of block b as an integer: Q8's code, or twice the MXFP4 code's e2m1 value.
+int weight_code(DType format, const uint8_t* row, int64_t b, int t) {
+    if (format == DType::kQ8) return row[b * 32 + t] - q8::kCodeOffset;
+    uint8_t code = (row[(b / 2) * 32 + t] >> (b % 2 == 1 ? 4 : 0)) & 0xF;
+    return static_cast<int>(mxfp4::kE2m1[code] * 2.0f);
+}
+
+}  // namespace
+
 void gemm_q8_rows_scalar(const GemmArgs& args, const Q8Activations& xq, int64_t n_begin, int64_t n_end) {
-    int64_t blocks = xq.blocks, wstride = q8::row_bytes(args.k);
+    bool fp4 = args.w_dtype == DType::kMxfp4;
+    int64_t blocks = xq.blocks, wstride = fp4 ? mxfp4::row_bytes(args.k) : q8::row_bytes(args.k);
     const auto* w = static_cast<const uint8_t*>(args.w);
     for (int64_t i = 0; i < args.m; ++i) {
         const int8_t* xc = xq.codes(i);
         const float* xs = xq.scales(i);
         for (int64_t j = n_begin; j < n_end; ++j) {
             const uint8_t* wc = w + j * wstride;
-            const float* ws = reinterpret_cast<const float*>(wc + blocks * 32);
+            const float* ws = reinterpret_cast<const float*>(wc + blocks * (fp4 ? 16 : 32));
             float acc = 0.0f;
             for (int64_t b = 0; b < blocks; ++b) {
                 int32_t dot = 0;
-                for (int t = 0; t < 32; ++t) dot += (wc[b * 32 + t] - q8::kCodeOffset) * xc[b * 32 + t];
+                for (int t = 0; t < 32; ++t) dot += weight_code(args.w_dtype, wc, b, t) * xc[b * 32 + t];
                 acc += static_cast<float>(dot) * (ws[b] * xs[b]);
             }
             float& out = args.y[i * args.ldy + j];

@@ -1,6 +1,8 @@
-// Q8 x Q8 dot products with AVX-512 VNNI: one vpdpbusd multiplies 64 unsigned weight codes
-// (code + 128) by 64 signed activation codes into 16 int32 lanes of 4 products each; starting the
-// lanes from -128 times the activation codes' sums makes every lane the exact signed dot product.
+// Q8 (or MXFP4) x Q8 dot products with AVX-512 VNNI: one vpdpbusd multiplies 64 unsigned weight
+// codes (code + 128) by 64 signed activation codes into 16 int32 lanes of 4 products each;
+// starting the lanes from -128 times the activation codes' sums makes every lane the exact signed
+// dot product. MXFP4 codes become such bytes through a 16-entry table (twice each e2m1 value, an
+// integer, + 128; core/quant_mxfp4.h).
 // Lanes 0-7 hold one block, 8-15 the next; each lane is scaled by its block's weight scale times
 // activation scale and summed in fp32. A row's result depends only on its own data, so it is the
 // same whatever tile shape or batch computes it.
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 
+#include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm_q8.h"
 
@@ -23,11 +26,36 @@ inline __m512 block_scales(const float* s) {
     return _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(pair));
 }
 
-template <int MR, int NR>
+// The weight codes of 2 blocks as unsigned bytes code + 128, per format; code_bytes: per block.
+template <DType F>
+struct Codes;
+template <>
+struct Codes<DType::kQ8> {
+    static constexpr int64_t code_bytes = 32;
+    static __m512i load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+};
+template <>
+struct Codes<DType::kMxfp4> {
+    static constexpr int64_t code_bytes = 16;
+    static __m512i load(const uint8_t* p) {
+        const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
+            static_cast<char>(128), static_cast<char>(129), static_cast<char>(130), static_cast<char>(131),
+            static_cast<char>(132), static_cast<char>(134), static_cast<char>(136), static_cast<char>(140),
+            static_cast<char>(128), static_cast<char>(127), static_cast<char>(126), static_cast<char>(125),
+            static_cast<char>(124), static_cast<char>(122), static_cast<char>(120), static_cast<char>(116)));
+        const __m256i nibble = _mm256_set1_epi8(0x0F);
+        __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        __m256i lo = _mm256_and_si256(packed, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+        return _mm512_shuffle_epi8(table, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    }
+};
+
+template <DType F, int MR, int NR>
 void tile(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, float* y) {
+    using C = Codes<F>;
     int64_t chunks = xq.blocks / 2;
     const float* wscale[NR];
-    for (int j = 0; j < NR; ++j) wscale[j] = reinterpret_cast<const float*>(w + j * wstride + xq.blocks * 32);
+    for (int j = 0; j < NR; ++j) wscale[j] = reinterpret_cast<const float*>(w + j * wstride + xq.blocks * C::code_bytes);
     __m512 acc[MR][NR];
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -37,8 +65,8 @@ void tile(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t 
         for (int j = 0; j < NR; ++j) {
             // The next row block, one tile ahead: the hardware prefetchers alone leave the
             // streams of a GEMV short of the memory bandwidth.
-            _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * wstride + c * 64), _MM_HINT_T0);
-            wv[j] = _mm512_loadu_si512(w + j * wstride + c * 64);
+            _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * wstride + c * 2 * C::code_bytes), _MM_HINT_T0);
+            wv[j] = C::load(w + j * wstride + c * 2 * C::code_bytes);
             ws[j] = block_scales(wscale[j] + c * 2);
         }
         for (int i = 0; i < MR; ++i) {
@@ -60,46 +88,53 @@ void tile(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t 
     }
 }
 
-template <int MR, int NR>
+template <DType F, int MR, int NR>
 void columns(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, float* y, int64_t nr) {
     if constexpr (NR == 1) {
-        tile<MR, 1>(a, xq, w, wstride, y);
+        tile<F, MR, 1>(a, xq, w, wstride, y);
     } else {
-        if (nr == NR) return tile<MR, NR>(a, xq, w, wstride, y);
-        return columns<MR, NR - 1>(a, xq, w, wstride, y, nr);
+        if (nr == NR) return tile<F, MR, NR>(a, xq, w, wstride, y);
+        return columns<F, MR, NR - 1>(a, xq, w, wstride, y, nr);
     }
 }
 
 // One weight row block of up to NR rows against every activation row.
-template <int NR>
+template <DType F, int NR>
 void row_block(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, int64_t j, int64_t nr) {
-    if (a.m == 1) return columns<1, NR>(a, xq, w, wstride, a.y + j, nr);
+    if (a.m == 1) return columns<F, 1, NR>(a, xq, w, wstride, a.y + j, nr);
     for (int64_t i = 0; i < a.m; i += 4) {
         Q8Activations rows = xq.from_row(i);
         float* y = a.y + i * a.ldy + j;
         switch (std::min<int64_t>(4, a.m - i)) {
-            case 4: columns<4, NR>(a, rows, w, wstride, y, nr); break;
-            case 3: columns<3, NR>(a, rows, w, wstride, y, nr); break;
-            case 2: columns<2, NR>(a, rows, w, wstride, y, nr); break;
-            default: columns<1, NR>(a, rows, w, wstride, y, nr); break;
+            case 4: columns<F, 4, NR>(a, rows, w, wstride, y, nr); break;
+            case 3: columns<F, 3, NR>(a, rows, w, wstride, y, nr); break;
+            case 2: columns<F, 2, NR>(a, rows, w, wstride, y, nr); break;
+            default: columns<F, 1, NR>(a, rows, w, wstride, y, nr); break;
         }
     }
 }
 
-}  // namespace
-
-void gemm_q8_rows_vnni(const GemmArgs& args, const Q8Activations& xq, int64_t n_begin, int64_t n_end) {
-    int64_t wstride = q8::row_bytes(args.k);
+template <DType F>
+void rows(const GemmArgs& args, const Q8Activations& xq, int64_t wstride, int64_t n_begin, int64_t n_end) {
     const auto* w = static_cast<const uint8_t*>(args.w);
     // A lone activation row streams the weights: more rows in flight hide more memory latency.
     int64_t step = args.m == 1 ? 8 : 4;
     for (int64_t j = n_begin; j < n_end; j += step) {
         int64_t nr = std::min(step, n_end - j);
         if (args.m == 1)
-            row_block<8>(args, xq, w + j * wstride, wstride, j, nr);
+            row_block<F, 8>(args, xq, w + j * wstride, wstride, j, nr);
         else
-            row_block<4>(args, xq, w + j * wstride, wstride, j, nr);
+            row_block<F, 4>(args, xq, w + j * wstride, wstride, j, nr);
     }
+}
+
+}  // namespace
+
+void gemm_q8_rows_vnni(const GemmArgs& args, const Q8Activations& xq, int64_t n_begin, int64_t n_end) {
+    if (args.w_dtype == DType::kMxfp4)
+        rows<DType::kMxfp4>(args, xq, mxfp4::row_bytes(args.k), n_begin, n_end);
+    else
+        rows<DType::kQ8>(args, xq, q8::row_bytes(args.k), n_begin, n_end);
 }
 
 }  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,46 @@
+#include "core/quant_mxfp4.h"
+
+#include "base/error.h"
+#include "core/quant_q8.h"
+
+namespace deepinfer::mxfp4 {
+
+int64_t row_bytes(int64_t k) { return q8::padded_blocks(k) * (16 + 4); }
+
+Tensor pack(const Tensor& codes, const Tensor& scales, int64_t k) {
+    int64_t n = codes.dim(0), blocks = q8::padded_blocks(k);
+    DI_CHECK(k % 32 == 0 && codes.ndim() == 2 && codes.dim(1) == k / 2 && scales.dtype() == DType::kF32 &&
+                 scales.numel() == n * (k / 32),
+             "mxfp4::pack: codes {} and scales {} do not make [{}, {}]", codes.shape_string(), scales.shape_string(), n, k);
+    Tensor out = Tensor::zeros(DType::kMxfp4, {n, k});
+    for (int64_t r = 0; r < n; ++r) {
+        const uint8_t* src = codes.data<uint8_t>() + r * (k / 2);
+        uint8_t* dst = out.data<uint8_t>() + r * row_bytes(k);
+        for (int64_t i = 0; i < k; ++i) {
+            uint8_t code = (src[i / 2] >> (4 * (i % 2))) & 0xF;
+            int64_t pair = i / 64, in_pair = i % 64;
+            dst[pair * 32 + in_pair % 32] |= static_cast<uint8_t>(code << (in_pair >= 32 ? 4 : 0));
+        }
+        auto* s = reinterpret_cast<float*>(dst + blocks * 16);
+        for (int64_t b = 0; b < k / 32; ++b) s[b] = scales.data<float>()[r * (k / 32) + b] * 0.5f;
+    }
+    return out;
+}
+
+Tensor dequantize(const Tensor& w) {
+    DI_CHECK(w.ndim() == 2 && w.dtype() == DType::kMxfp4, "mxfp4::dequantize: expected an MXFP4 matrix");
+    int64_t n = w.dim(0), k = w.dim(1), blocks = q8::padded_blocks(k);
+    Tensor out = Tensor::empty(DType::kF32, {n, k});
+    for (int64_t r = 0; r < n; ++r) {
+        const uint8_t* src = w.data<uint8_t>() + r * row_bytes(k);
+        const auto* s = reinterpret_cast<const float*>(src + blocks * 16);
+        for (int64_t i = 0; i < k; ++i) {
+            int64_t pair = i / 64, in_pair = i % 64;
+            uint8_t code = (src[pair * 32 + in_pair % 32] >> (in_pair >= 32 ? 4 : 0)) & 0xF;
+            out.data<float>()[r * k + i] = kE2m1[code] * 2.0f * s[i / 32];
+        }
+    }
+    return out;
+}
+
+}  // namespace deepinfer::mxfp4
