@@ -23,6 +23,8 @@ void add_logits_command(CLI::App& app, LogitsOptions& o) {
     cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
     cmd->add_option("--quantize", o.quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
         ->check(CLI::IsMember({"none", "q8"}));
+    cmd->add_option("--precision", o.precision, "matrix products: exact, fast (bf16 activations) or auto")
+        ->check(CLI::IsMember({"auto", "exact", "fast"}));
 }
 
 namespace {
@@ -49,7 +51,8 @@ std::vector<int32_t> read_input_ids(const std::string& path) {
 int run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = read_input_ids(o.input_path);
     auto backend = kernels::make_backend(o.device, o.threads);
-    std::unique_ptr<model::CausalLm> model = model::load_causal_lm(o.model_dir, *backend, model::parse_weight_quant(o.quantize));
+    std::unique_ptr<model::CausalLm> model = model::load_causal_lm(
+        o.model_dir, *backend, {model::parse_weight_quant(o.quantize), model::parse_precision(o.precision)});
     runtime::LogitsSchedule schedule{o.chunk, o.decode_from};
     Tensor logits = runtime::sequence_logits(*model, ids, schedule);
     write_safetensors(o.output_path, {{"logits", logits}});

@@ -19,6 +19,7 @@ struct LogitsOptions {
     int threads = 0;
     std::string device = "cpu";
     std::string quantize;
+    std::string precision;
 };
 void add_logits_command(CLI::App& app, LogitsOptions& opts);
 int run_logits(const LogitsOptions& opts);

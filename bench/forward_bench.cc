@@ -295,6 +295,9 @@ int run(int argc, char** argv) {
     std::string quantize;
     app.add_option("--quantize", quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
         ->check(CLI::IsMember({"none", "q8"}));
+    std::string precision;
+    app.add_option("--precision", precision, "matrix products: exact, fast (bf16 activations) or auto")
+        ->check(CLI::IsMember({"auto", "exact", "fast"}));
     app.add_option("--prompt", prompts, "prefill lengths")->delimiter(',');
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
@@ -323,14 +326,16 @@ int run(int argc, char** argv) {
     model::Checkpoint ckpt(dir);
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
     model::WeightQuant weight_quant = model::WeightQuant::kNone;
+    model::Precision matmul_precision = model::Precision::kAuto;
     try {
         weight_quant = model::parse_weight_quant(quantize);
+        matmul_precision = model::parse_precision(precision);
         model::check_weight_quant(weight_quant, *backend);
     } catch (const Error& e) {
         std::fprintf(stderr, "bench_forward: %s\n", e.what());
         return 2;
     }
-    model::DeepseekV4Model m(cfg, ckpt, *backend, weight_quant);
+    model::DeepseekV4Model m(cfg, ckpt, *backend, {weight_quant, matmul_precision});
     ThreadPool pool(threads);
     bool host = backend->device() == Device::kCpu;
     double bw = host ? read_bandwidth(pool, size_t{1} << 30) : device_bandwidth(*backend);

@@ -1,5 +1,5 @@
 // GEMM kernel throughput on this CPU: decode-shaped products (few rows of x against a large bf16
-// or Q8 weight, memory-bound: reported as GB/s of weight read next to the machine's read
+// or Q8 weight, bf16 also with activations rounded to bf16 as the fast precision computes it, memory-bound: reported as GB/s of weight read next to the machine's read
 // bandwidth) and prefill-shaped products (compute-bound: GFLOP/s), for every instruction set the
 // CPU has.
 #include <CLI/CLI.hpp>
@@ -64,20 +64,28 @@ int main(int argc, char** argv) {
                 static_cast<long>(k), w.nbytes() / 1e6, pool.num_threads(), bw / 1e9);
     Tensor wq = q8::quantize(w);
     std::vector<uint8_t> scratch;
-    for (const Tensor* weight : {&w, &wq}) {
+    // bf16 weights twice: fp32 activations (exact) and activations rounded to bf16 (fast).
+    struct Case {
+        const Tensor* weight;
+        bool fast;
+        const char* label;
+    };
+    for (const Case& c : {Case{&w, false, "bf16"}, Case{&w, true, "bf16, fast"}, Case{&wq, false, "q8"}}) {
         for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-            if (isa > detect_isa() || (weight == &wq && isa == Isa::kAvx2)) continue;  // Q8: VNNI or scalar
-            for (int64_t m : {1, 4, 16, 128}) {
+            if (isa > detect_isa() || (c.weight == &wq && isa == Isa::kAvx2)) continue;  // Q8: VNNI or scalar
+            if (c.fast && isa == Isa::kScalar) continue;
+            for (int64_t m : {1, 4, 16, 128, 512}) {
                 Tensor x = Tensor::empty(DType::kF32, {m, k}), y = Tensor::empty(DType::kF32, {m, n});
                 for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.001f * static_cast<float>(i % 997);
-                kernels::cpu::GemmArgs a{.x = x.data<float>(), .lda = k, .w = weight->raw(), .ldw = k,
-                                         .w_dtype = weight->dtype(), .y = y.data<float>(), .ldy = n, .m = m, .n = n, .k = k};
-                if (isa == Isa::kScalar && m > 4) continue;
+                kernels::cpu::GemmArgs a{.x = x.data<float>(), .lda = k, .w = c.weight->raw(), .ldw = k,
+                                         .w_dtype = c.weight->dtype(), .y = y.data<float>(), .ldy = n, .m = m, .n = n,
+                                         .k = k, .bf16_activations = c.fast};
+                if ((isa == Isa::kScalar && m > 4) || (m > 128 && n * k > (int64_t{1} << 25))) continue;
                 double t = best_seconds(m >= 128 ? 2 : 5, [&] { kernels::cpu::gemm(pool, isa, a, &scratch); });
-                double bytes = static_cast<double>(weight->nbytes());
+                double bytes = static_cast<double>(c.weight->nbytes());
                 std::printf("| %s | %s | m=%ld | %.2f ms | weight read %.1f GB/s (%.0f%% of bandwidth) | %.1f GFLOP/s |\n",
-                            dtype_name(weight->dtype()), isa_name(isa), static_cast<long>(m), t * 1e3, bytes / t / 1e9,
-                            100.0 * bytes / t / bw, 2.0 * m * n * k / t / 1e9);
+                            c.label, isa_name(isa), static_cast<long>(m), t * 1e3, bytes / t / 1e9, 100.0 * bytes / t / bw,
+                            2.0 * m * n * k / t / 1e9);
             }
         }
     }

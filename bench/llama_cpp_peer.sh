@@ -35,8 +35,9 @@
 #                            the same bytes DeepInfer reads
 #                     q8_0   every matrix Q8_0 (llama-quantize Q8_0, experts requantized)
 #                     native the converter's own output: bf16 matrices, MXFP4 routed experts
-#   DEEPINFER_VARIANTS  DeepInfer weight formats, in order (default "none q8"): none = as loaded
-#                     (bf16), q8 = --quantize q8 (8-bit blocks, the counterpart of Q8_0)
+#   DEEPINFER_VARIANTS  DeepInfer runs, in order (default "none fast q8"): none = as loaded (bf16
+#                     weights, fp32 activations), fast = bf16 weights with --precision fast (bf16
+#                     activations), q8 = --quantize q8 (8-bit blocks, the counterpart of Q8_0)
 #   JOBS            parallel jobs for the llama.cpp build (default 2; it runs under nice -n 19)
 #   PYTHON          python with the packages above (default: the first python3 that has them)
 set -euo pipefail
@@ -53,7 +54,7 @@ ROUNDS=${ROUNDS:-6}
 CONTEXT=${CONTEXT:-128}
 DECODE_STEPS=${DECODE_STEPS:-16}
 LLAMA_VARIANTS=${LLAMA_VARIANTS:-bf16 q8_0 native}
-DEEPINFER_VARIANTS=${DEEPINFER_VARIANTS:-none q8}
+DEEPINFER_VARIANTS=${DEEPINFER_VARIANTS:-none fast q8}
 JOBS=${JOBS:-2}
 
 log() { printf '[llama_cpp_peer] %s\n' "$*" >&2; }
@@ -183,9 +184,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
     echo "# round $r load $load" >>"$RESULTS"
     for q in $DEEPINFER_VARIANTS; do
         name=deepinfer$([[ $q == none ]] || echo "_$q")
+        case $q in
+            fast) DEEPINFER_ARGS=(--precision fast) ;;
+            none | q8) DEEPINFER_ARGS=(--quantize "$q") ;;
+            *) die "unknown DeepInfer variant '$q' (none, fast, q8)" ;;
+        esac
         out=$LOGS/round$r-$name.txt
         "$DEEPINFER_BIN/bench_forward" --model "$RELEASE" --prompt 128,512 --batch 1,4 --context "$CONTEXT" \
-            --decode-steps "$DECODE_STEPS" --threads "$THREADS" --quantize "$q" >"$out" 2>&1 ||
+            --decode-steps "$DECODE_STEPS" --threads "$THREADS" "${DEEPINFER_ARGS[@]}" >"$out" 2>&1 ||
             { tail "$out" >&2; die "bench_forward failed"; }
         "$PYTHON" "$REPO/bench/llama_cpp_peer.py" collect "$name" "$r" "$out" >>"$RESULTS"
     done

@@ -4,7 +4,8 @@
 # Writes its log to $OUT/cuda_run.log. Then the forward benchmark on >= 5B random checkpoints, ours
 # (bench_forward --device cuda) next to HF transformers (hf_forward_bench.py) on the same work.
 # `gpu_run_cuda.sh tests` stops after the tests (and the short device sampling benchmark);
-# `gpu_run_cuda.sh prefix` then runs the prefix-cache benchmark; `gpu_run_cuda.sh ab SET...` then
+# `gpu_run_cuda.sh prefix` then runs the prefix-cache benchmark; `gpu_run_cuda.sh precision` the
+# perplexity and speed of each precision; `gpu_run_cuda.sh ab SET...` then
 # times kernel variants; `gpu_run_cuda.sh profile` runs the tests, then only our benchmark with a per-op profile
 # of one decode step per batch size and the per-kernel times of one batch-1 step (Nsight Compute,
 # scripts/ncu_kernel_table.py).
@@ -78,6 +79,22 @@ if [ "${1:-}" = prefix ]; then
         --small-cache-memory 64MiB --host-cache-memory 16GiB --disk-dir /tmp/prefix-bench "${redis_args[@]}" \
         --json "${OUT:-/tmp}/prefix_bench.json" --trace "${OUT:-/tmp}/prefix_trace.json"
     [ -f /tmp/prefix-redis.pid ] && kill "$(cat /tmp/prefix-redis.pid)"
+    exit 0
+fi
+# `gpu_run_cuda.sh precision`: the bundled model's held-out perplexity on CUDA in each precision
+# (exact, the architecture's own, fast), then flash-dims prefill and decode in each, next to HF.
+if [ "${1:-}" = precision ]; then
+    step "nano held-out perplexity on CUDA per precision"
+    DEEPINFER_TEST_DEVICE=cuda run 240 $bin/model_tests --gtest_filter='DeepinferNano.*Perplexity*'
+    make_checkpoint flash-dims
+    for prec in ${PRECISIONS:-exact auto fast}; do
+        step "forward bench cuda (flash-dims), precision $prec"
+        run 200 $bin/bench_forward --model /tmp/ckpt-flash-dims --device cuda --precision "$prec" --prompt 1024,8192 \
+            --batch ${BATCHES:-1,64} --decode-steps 8
+    done
+    [ -n "${SKIP_HF:-}" ] && exit 0
+    step "forward bench HF transformers (flash-dims)"
+    run 200 python3 scripts/hf_forward_bench.py --model /tmp/ckpt-flash-dims --prompt 1024,8192 --batch 1,64 --decode-steps 8
     exit 0
 fi
 if [ "${1:-}" = profile ]; then

@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "base/cpu_features.h"
 #include "core/tensor.h"
 
 namespace deepinfer::test {
@@ -21,6 +23,20 @@ inline std::string data_path(const std::string& rel) {
 inline std::string device() {
     const char* d = std::getenv("DEEPINFER_TEST_DEVICE");
     return d && *d ? d : "cpu";
+}
+
+// Every CPU instruction-set level this machine runs, scalar first.
+inline std::vector<Isa> supported_isas() {
+    std::vector<Isa> out = {Isa::kScalar};
+    if (detect_isa() >= Isa::kAvx2) out.push_back(Isa::kAvx2);
+    if (detect_isa() >= Isa::kAvx512) out.push_back(Isa::kAvx512);
+    return out;
+}
+
+// A fresh seed per run (tests print it in a trace), or DEEPINFER_TEST_SEED to replay one.
+inline uint32_t random_seed() {
+    if (const char* s = std::getenv("DEEPINFER_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+    return std::random_device{}();
 }
 
 inline Tensor random_f32(std::vector<int64_t> shape, std::mt19937& rng, float scale = 1.0f) {

@@ -15,6 +15,10 @@ struct ModelConfig {
     // Weights re-encoded at load: "" / "none" keeps the checkpoint's formats; "q8" stores the
     // weights of linear layers as 8-bit blocks of 32 with a scale each (CPU only).
     std::string quantize;
+    // Arithmetic of the matrix products: "exact" (fp32 activations' precision: parity tests),
+    // "fast" (activations rounded to bf16 into bf16 dot products) or "auto" / "" (the
+    // architecture's own choice: fp32 on the CPU, two bf16 parts on CUDA, fp32 for V4.1).
+    std::string precision;
     // DeepSeek-V4.1 SWA bounded replay: layers after the last KV source prefill only the last
     // this many prompt tokens (0 = off); must be >= sliding window + rollback_tokens.
     int swa_replay_tokens = 140;

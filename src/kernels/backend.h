@@ -199,17 +199,17 @@ struct SampleArgs {
     Tensor top_tokens, top_logprobs;
 };
 
-// How exactly matmul treats fp32 activations against bf16 weights where the device would round
-// them: kFast keeps ~16 mantissa bits (plenty for smooth models), kFp32 all 24 (for models whose
-// QAT fake quantisation turns tiny differences into different rounding decisions).
-enum class MatmulPrecision { kFast, kFp32 };
+// How exactly matmul treats fp32 activations against bf16 weights: kBf16 rounds them to bf16
+// (one bf16 dot product, fp32 accumulation: the fast precision), kBf16x2 keeps ~16 mantissa bits
+// as two bf16 parts (CUDA; the CPU computes it in fp32), kFp32 all 24 (for models whose QAT fake
+// quantisation turns tiny differences into different rounding decisions, and parity tests).
+enum class MatmulPrecision { kBf16, kBf16x2, kFp32 };
 
 class Backend {
 public:
     virtual ~Backend() = default;
     virtual Device device() const = 0;
     virtual const char* name() const = 0;
-    // The CPU computes in fp32 either way.
     virtual void set_matmul_precision(MatmulPrecision) {}
     // Per-op timing for benchmarks: while on, a device backend times every op on its queue;
     // profile_report() waits for the queue and returns a table per op name (calls, device span,

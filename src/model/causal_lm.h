@@ -187,6 +187,6 @@ public:
 
 // Loads the model in `dir` (config.json model_type decides the architecture).
 std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, kernels::Backend& backend,
-                                         WeightQuant quant = WeightQuant::kNone);
+                                         LoadOptions options = {});
 
 }  // namespace deepinfer::model

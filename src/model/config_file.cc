@@ -20,12 +20,12 @@ nlohmann::json read_config_json(const std::string& dir) {
     }
 }
 
-std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, kernels::Backend& backend, WeightQuant quant) {
+std::unique_ptr<CausalLm> load_causal_lm(const std::string& dir, kernels::Backend& backend, LoadOptions options) {
     nlohmann::json j = read_config_json(dir);
     std::string type = j.is_object() && j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
     if (type == "deepseek_v41" || type == "deepseek_v41_text")
-        return std::make_unique<DeepseekV41Model>(parse_deepseek_v41_config(j), Checkpoint(dir), backend, quant);
-    return std::make_unique<DeepseekV4Model>(parse_deepseek_v4_config(j), Checkpoint(dir), backend, quant);
+        return std::make_unique<DeepseekV41Model>(parse_deepseek_v41_config(j), Checkpoint(dir), backend, options);
+    return std::make_unique<DeepseekV4Model>(parse_deepseek_v4_config(j), Checkpoint(dir), backend, options);
 }
 
 }  // namespace deepinfer::model

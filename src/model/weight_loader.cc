@@ -108,6 +108,21 @@ void check_weight_quant(WeightQuant quant, const kernels::Backend& backend) {
              "q8 weights are implemented for the CPU backend only, not {}", backend.name());
 }
 
+Precision parse_precision(const std::string& name) {
+    if (name.empty() || name == "auto") return Precision::kAuto;
+    if (name == "exact") return Precision::kExact;
+    if (name == "fast") return Precision::kFast;
+    fail("unknown precision '{}' (auto, exact, fast)", name);
+}
+
+kernels::MatmulPrecision matmul_precision(Precision p, kernels::MatmulPrecision automatic) {
+    switch (p) {
+        case Precision::kExact: return kernels::MatmulPrecision::kFp32;
+        case Precision::kFast: return kernels::MatmulPrecision::kBf16;
+        default: return automatic;
+    }
+}
+
 Tensor WeightLoader::matrix_f32_copy(const Names& names, std::vector<int64_t> shape) const {
     Tensor m = matrix(names, std::move(shape));
     if (m.dtype() != DType::kF32) return widen_to_f32(m);

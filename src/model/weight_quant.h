@@ -1,10 +1,9 @@
 #pragma once
-// Weight formats made at load from the checkpoint's (ModelConfig::quantize).
+// What the model is asked for at load: weight formats made from the checkpoint's
+// (ModelConfig::quantize) and the arithmetic of its matrix products (ModelConfig::precision).
 #include <string>
 
-namespace deepinfer::kernels {
-class Backend;
-}
+#include "kernels/backend.h"
 
 namespace deepinfer::model {
 
@@ -17,5 +16,21 @@ enum class WeightQuant { kNone, kQ8 };
 WeightQuant parse_weight_quant(const std::string& name);
 // Fails with a clear message when the backend has no kernels for the format.
 void check_weight_quant(WeightQuant quant, const kernels::Backend& backend);
+
+// kExact: matrix products keep fp32 activations' precision (the parity tests on random
+// fixtures, which are chaotic); kFast: activations rounded to bf16 into bf16 dot products, fp32
+// accumulation (trained models; judged by perplexity); kAuto: what the architecture and device
+// did before the choice existed (the CPU computes in fp32; CUDA splits activations into bf16 parts).
+enum class Precision { kAuto, kExact, kFast };
+
+// "auto" / "exact" / "fast" (empty = auto); anything else is an error naming the choices.
+Precision parse_precision(const std::string& name);
+// The backend setting for `p`; `automatic` is the architecture's own choice.
+kernels::MatmulPrecision matmul_precision(Precision p, kernels::MatmulPrecision automatic);
+
+struct LoadOptions {
+    WeightQuant quant = WeightQuant::kNone;
+    Precision precision = Precision::kAuto;
+};
 
 }  // namespace deepinfer::model

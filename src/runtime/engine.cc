@@ -93,7 +93,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
     backend_ = kernels::make_backend(mc.device, mc.threads);
-    model_ = model::load_causal_lm(mc.path, *backend_, model::parse_weight_quant(mc.quantize));
+    model_ = model::load_causal_lm(mc.path, *backend_, {model::parse_weight_quant(mc.quantize), model::parse_precision(mc.precision)});
     DI_CHECK(mc.swa_replay_tokens >= 0 && mc.rollback_tokens >= 0, "swa_replay_tokens and rollback_tokens must be >= 0");
     if (model_->configure_swa_replay(mc.swa_replay_tokens, mc.rollback_tokens) && mc.swa_replay_tokens > 0)
         spdlog::info("engine: SWA bounded replay over the last {} prompt tokens", mc.swa_replay_tokens);

@@ -179,13 +179,14 @@ namespace deepinfer::kernels {
 namespace {
 
 // The experts of a MoE layer run as one gemm_batch: each product's rows must be bitwise what a
-// gemm of its own gives, whatever the weight format and however the rows fall across threads.
+// gemm of its own gives, whatever the weight format or precision and however the rows fall across
+// threads.
 TEST(Gemm, BatchGivesEachProductsOwnBits) {
     std::mt19937 rng(15);
     ThreadPool pool(3);
     std::vector<Tensor> xs, ws, alone, together;
     std::vector<cpu::GemmArgs> products;
-    int64_t shapes[][3] = {{1, 40, 64}, {3, 17, 96}, {1, 64, 128}, {5, 33, 64}, {2, 8, 32}};
+    int64_t shapes[][3] = {{1, 40, 64}, {3, 17, 96}, {1, 64, 128}, {5, 33, 64}, {2, 8, 32}, {6, 21, 96}};
     for (size_t p = 0; p < std::size(shapes); ++p) {
         auto [m, n, k] = shapes[p];
         Tensor values;
@@ -199,7 +200,8 @@ TEST(Gemm, BatchGivesEachProductsOwnBits) {
         const Tensor &x = xs[p], &w = ws[p];
         auto args = [&](Tensor& y) {
             return cpu::GemmArgs{.x = x.data<float>(), .lda = x.dim(1), .w = w.raw(), .ldw = w.dim(1), .w_dtype = w.dtype(),
-                                 .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = w.dim(0), .k = w.dim(1)};
+                                 .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = w.dim(0), .k = w.dim(1),
+                                 .bf16_activations = p == 3};  // one bf16 product in the fast precision
         };
         cpu::gemm(pool, detect_isa(), args(alone[p]));
         products.push_back(args(together[p]));

@@ -12,13 +12,6 @@
 namespace deepinfer::kernels {
 namespace {
 
-std::vector<Isa> supported_isas() {
-    std::vector<Isa> out = {Isa::kScalar};
-    if (detect_isa() >= Isa::kAvx2) out.push_back(Isa::kAvx2);
-    if (detect_isa() >= Isa::kAvx512) out.push_back(Isa::kAvx512);
-    return out;
-}
-
 Tensor run_gemm(Isa isa, ThreadPool& pool, const Tensor& x, const Tensor& w, bool accumulate, const Tensor& init) {
     Tensor y = test::copy_of(init);
     cpu::GemmArgs a{.x = x.data<float>(), .lda = x.dim(1), .w = w.raw(), .ldw = w.dim(1), .w_dtype = w.dtype(),
@@ -42,7 +35,7 @@ TEST(Gemm, AllVariantsMatchReference) {
             ref->matmul(x, w, expect);
             Tensor expect_acc = test::copy_of(expect);
             for (int64_t i = 0; i < m * n; ++i) expect_acc.data<float>()[i] += init.data<float>()[i];
-            for (Isa isa : supported_isas()) {
+            for (Isa isa : test::supported_isas()) {
                 SCOPED_TRACE(testing::Message() << isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " "
                                                 << dtype_name(wt));
                 EXPECT_TRUE(test::all_close(run_gemm(isa, pool, x, w, false, init), expect, 1e-5, 1e-5));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "base/error.h"
@@ -44,6 +45,28 @@ TEST_P(PrefixCacheExact, DeviceHit) {
     expect_same(got, reference);
     EXPECT_GT(got.cached_tokens.back(), 0);
     EXPECT_GT(tier(e->stats(), "device").hit_tokens, 0);
+}
+
+// The same prompt twice, its length a whole number of spans: a hit never covers the last
+// position, so the second request starts from the span boundary before the prompt's end, whose
+// compressor carries must have been kept although the first request's prefill did not end there.
+TEST_P(PrefixCacheExact, WholeSpansPromptAgain) {
+    const CachedModel& m = GetParam();
+    uint32_t seed = random_seed();
+    SCOPED_TRACE(m.name + " seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    auto e = Engine::create(m.config(true));
+    int64_t span = e->stats().prefix_cache.span_tokens;
+    int64_t spans = (m.replay + span) / span + 1 + rng() % 2;  // the boundary before the end lies past the replay
+    std::vector<int32_t> prompt(static_cast<size_t>(spans * span));
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % m.vocab);
+    Turn reference = greedy_turn(*Engine::create(m.config(false)), prompt, m.max_tokens);
+    int cached = -1;
+    Outputs got;
+    got.turns.push_back(greedy_turn(*e, prompt, m.max_tokens));
+    got.turns.push_back(greedy_turn(*e, prompt, m.max_tokens, &cached));
+    expect_same(got, Outputs{{reference, reference}});
+    EXPECT_EQ(cached, (spans - 1) * span - m.replay);
 }
 
 // The device pool is too small to keep turn 1's spans while an unrelated request runs: they

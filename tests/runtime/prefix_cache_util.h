@@ -61,10 +61,6 @@ inline std::vector<CachedModel> cached_models() {
 }
 
 // A fresh seed per run; DEEPINFER_TEST_SEED replays one a failure printed.
-inline uint32_t random_seed() {
-    if (const char* s = std::getenv("DEEPINFER_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
-    return std::random_device{}();
-}
 
 struct Turn {
     std::vector<int32_t> tokens;
@@ -93,6 +89,31 @@ inline void expect_same(const Outputs& got, const Outputs& want) {
             EXPECT_EQ(std::bit_cast<uint32_t>(got.turns[i].logprobs[j]), std::bit_cast<uint32_t>(want.turns[i].logprobs[j]))
                 << "turn " << i << " token " << j << ": " << got.turns[i].logprobs[j] << " vs " << want.turns[i].logprobs[j];
     }
+}
+
+// A greedy request with log-probabilities; `cached` gets the prompt tokens served from the cache,
+// `sink` the request's prefix spans (prefill/decode disaggregation).
+inline Turn greedy_turn(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, int* cached = nullptr,
+                        std::shared_ptr<PrefixSpanSink> sink = {}) {
+    GenerationRequest r;
+    r.prompt_tokens = prompt;
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    r.sampling.logprobs = 0;
+    r.span_sink = std::move(sink);
+    Turn t;
+    if (cached) *cached = 0;
+    auto stream = e.submit(std::move(r));
+    while (auto ev = stream->next()) {
+        EXPECT_TRUE(ev->error.empty()) << ev->error;
+        if (cached) *cached = std::max(*cached, ev->cached_tokens);
+        for (const auto& s : ev->sequences) {
+            t.tokens.insert(t.tokens.end(), s.tokens.begin(), s.tokens.end());
+            for (const auto& lp : s.logprobs) t.logprobs.push_back(lp.logprob);
+        }
+    }
+    return t;
 }
 
 class Conversation {
@@ -159,23 +180,7 @@ private:
         return p;
     }
     Turn generate(Engine& e, const std::vector<int32_t>& prompt, int* cached = nullptr) {
-        GenerationRequest r;
-        r.prompt_tokens = prompt;
-        r.sampling.temperature = 0.0f;
-        r.sampling.max_tokens = m_.max_tokens;
-        r.sampling.ignore_eos = true;
-        r.sampling.logprobs = 0;
-        Turn t;
-        auto stream = e.submit(std::move(r));
-        while (auto ev = stream->next()) {
-            EXPECT_TRUE(ev->error.empty()) << ev->error;
-            if (cached) *cached = ev->cached_tokens;
-            for (const auto& s : ev->sequences) {
-                t.tokens.insert(t.tokens.end(), s.tokens.begin(), s.tokens.end());
-                for (const auto& lp : s.logprobs) t.logprobs.push_back(lp.logprob);
-            }
-        }
-        return t;
+        return greedy_turn(e, prompt, m_.max_tokens, cached);
     }
     void turn(Engine& e, int t, Outputs& out) {
         int cached = 0;

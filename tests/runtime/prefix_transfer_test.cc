@@ -49,23 +49,8 @@ struct Generated {
 };
 
 Generated generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, std::shared_ptr<PrefixSpanSink> sink = {}) {
-    GenerationRequest r;
-    r.prompt_tokens = prompt;
-    r.sampling.temperature = 0.0f;
-    r.sampling.max_tokens = max_tokens;
-    r.sampling.ignore_eos = true;
-    r.sampling.logprobs = 0;
-    r.span_sink = std::move(sink);
     Generated g;
-    auto stream = e.submit(std::move(r));
-    while (auto ev = stream->next()) {
-        EXPECT_TRUE(ev->error.empty()) << ev->error;
-        g.cached_tokens = std::max(g.cached_tokens, ev->cached_tokens);
-        for (const auto& s : ev->sequences) {
-            g.turn.tokens.insert(g.turn.tokens.end(), s.tokens.begin(), s.tokens.end());
-            for (const auto& lp : s.logprobs) g.turn.logprobs.push_back(lp.logprob);
-        }
-    }
+    g.turn = greedy_turn(e, prompt, max_tokens, &g.cached_tokens, std::move(sink));
     return g;
 }
 

@@ -17,6 +17,9 @@ public:
     const char* name() const override { return "cpu"; }
     Isa isa() const { return isa_; }
     ThreadPool& pool() { return pool_; }
+    // kBf16 rounds the activations of products with bf16 weights to bf16 (gemm_bf16.h); the
+    // other settings compute in fp32.
+    void set_matmul_precision(MatmulPrecision p) override { bf16_activations_ = p == MatmulPrecision::kBf16; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -72,7 +75,8 @@ private:
     Isa isa_;
     std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step
     HostArena weights_;                                                    // uploads (weights, tables)
-    std::vector<uint8_t> q8_scratch_;  // activations quantized for Q8 weights (gemm runs one at a time)
+    bool bf16_activations_ = false;
+    std::vector<uint8_t> q8_scratch_;  // activations quantized or rounded for the kernels (gemm runs one at a time)
     struct MoeScratch {
         std::vector<float> tokens, gate, up, out;
     } moe_scratch_;  // moe_experts' per-expert blocks

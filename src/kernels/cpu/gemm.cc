@@ -5,28 +5,75 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "core/quant_q8.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_q8.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
 
-// Rows of x processed together so that a block of x stays in cache while w streams past it.
 // Weights the Q8 kernels take, with activations quantized to 8 bits.
 bool is_block_quantized(DType t) { return t == DType::kQ8 || t == DType::kMxfp4; }
 
+// Rows of x processed together so that a block of x stays in cache while w streams past it.
 int64_t x_block_rows(int64_t k) { return std::max<int64_t>(4, std::min<int64_t>(64, (256 * 1024) / (4 * k + 1) / 4 * 4)); }
 
-}  // namespace
+// What the activations become before the kernels read them.
+enum class Form {
+    kAsIs,         // fp32, read in place
+    kQ8,           // 8-bit blocks (gemm_q8.h)
+    kBf16,         // rounded to bf16 for the AVX-512 BF16 kernel
+    kBf16AsF32,    // rounded to bf16, kept as fp32 for the other kernels
+};
 
-void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end) {
-    switch (isa) {
-        case Isa::kAvx512: return gemm_rows_avx512(args, n_begin, n_end);
-        case Isa::kAvx2: return gemm_rows_avx2(args, n_begin, n_end);
-        default: return gemm_rows_scalar(args, n_begin, n_end);
+Form form_of(Isa isa, const GemmArgs& a) {
+    if (is_block_quantized(a.w_dtype)) return Form::kQ8;
+    if (!a.bf16_activations || a.w_dtype != DType::kBF16) return Form::kAsIs;
+    return isa == Isa::kAvx512 && cpu_has_avx512_bf16() ? Form::kBf16 : Form::kBf16AsF32;
+}
+
+// Bytes of one prepared activation row.
+int64_t prepared_stride(Form f, int64_t k) {
+    switch (f) {
+        case Form::kQ8: return q8_activation_stride(k);
+        case Form::kBf16: return bf16_activation_stride(k) * 2;
+        case Form::kBf16AsF32: return k * 4;
+        default: return 0;
     }
 }
 
-namespace {
+// Activation rows of one product in their prepared form: row r at data + r * stride.
+struct Prepared {
+    Form form = Form::kAsIs;
+    int64_t stride = 0;
+    uint8_t* data = nullptr;
+};
+
+void prepare_rows(const GemmArgs& a, const Prepared& p, int64_t begin, int64_t end) {
+    switch (p.form) {
+        case Form::kQ8: return quantize_activations(a.x, a.lda, a.k, begin, end, p.data);
+        case Form::kBf16: return round_activations_bf16(a.x, a.lda, a.k, begin, end, reinterpret_cast<uint16_t*>(p.data));
+        case Form::kBf16AsF32: return round_activations_bf16_as_f32(a.x, a.lda, a.k, begin, end, reinterpret_cast<float*>(p.data));
+        default: return;
+    }
+}
+
+// Weight rows [n0, n1) for the activation rows of `sub`, which start at row `row0` of the product.
+void run_rows(Isa isa, const GemmArgs& sub, const Prepared& p, int64_t row0, int64_t n0, int64_t n1) {
+    uint8_t* rows = p.data + row0 * p.stride;
+    switch (p.form) {
+        case Form::kQ8:
+            return gemm_q8_rows(isa, sub, {sub.k, q8::padded_blocks(sub.k), p.stride, rows}, n0, n1);
+        case Form::kBf16:
+            return gemm_bf16_rows_avx512(sub, {sub.k, p.stride / 2, reinterpret_cast<const uint16_t*>(rows)}, n0, n1);
+        case Form::kBf16AsF32: {
+            GemmArgs widened = sub;
+            widened.x = reinterpret_cast<const float*>(rows);
+            widened.lda = sub.k;
+            return gemm_rows(isa, widened, n0, n1);
+        }
+        default: return gemm_rows(isa, sub, n0, n1);
+    }
+}
 
 // Splits the product over the pool and calls part(sub, row0, n0, n1) for each piece, where sub
 // covers activation rows [row0, row0 + sub.m) and weight rows [n0, n1).
@@ -57,21 +104,6 @@ void split(ThreadPool& pool, const GemmArgs& args, const Part& part) {
     }
 }
 
-void gemm_q8(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>& scratch) {
-    int64_t stride = q8_activation_stride(args.k);
-    scratch.resize(static_cast<size_t>(args.m * stride));
-    if (args.m >= 2 * pool.num_threads())
-        pool.parallel_for(args.m, 1, [&](int64_t b, int64_t e) {
-            quantize_activations(args.x, args.lda, args.k, b, e, scratch.data());
-        });
-    else
-        quantize_activations(args.x, args.lda, args.k, 0, args.m, scratch.data());
-    Q8Activations xq{args.k, q8::padded_blocks(args.k), stride, scratch.data()};
-    split(pool, args, [&](const GemmArgs& sub, int64_t row0, int64_t n0, int64_t n1) {
-        gemm_q8_rows(isa, sub, xq.from_row(row0), n0, n1);
-    });
-}
-
 void check_dtype(const GemmArgs& args) {
     DI_CHECK(args.w_dtype == DType::kBF16 || args.w_dtype == DType::kF32 || is_block_quantized(args.w_dtype),
              "gemm: unsupported weight dtype {}", dtype_name(args.w_dtype));
@@ -79,46 +111,50 @@ void check_dtype(const GemmArgs& args) {
 
 // Weight rows [n0, n1) of one product of a batch, for all its activation rows, in blocks of x
 // rows as split() does.
-void batch_piece(Isa isa, const GemmArgs& args, const Q8Activations* xq, int64_t n0, int64_t n1) {
+void batch_piece(Isa isa, const GemmArgs& args, const Prepared& p, int64_t n0, int64_t n1) {
     int64_t mb = x_block_rows(args.k);
     for (int64_t m0 = 0; m0 < args.m; m0 += mb) {
         GemmArgs sub = args;
         sub.x = args.x + m0 * args.lda;
         sub.y = args.y + m0 * args.ldy;
         sub.m = std::min(mb, args.m - m0);
-        if (xq != nullptr)
-            gemm_q8_rows(isa, sub, xq->from_row(m0), n0, n1);
-        else
-            gemm_rows(isa, sub, n0, n1);
+        run_rows(isa, sub, p, m0, n0, n1);
     }
 }
 
 }  // namespace
 
+void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end) {
+    switch (isa) {
+        case Isa::kAvx512: return gemm_rows_avx512(args, n_begin, n_end);
+        case Isa::kAvx2: return gemm_rows_avx2(args, n_begin, n_end);
+        default: return gemm_rows_scalar(args, n_begin, n_end);
+    }
+}
+
 void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, std::vector<uint8_t>* scratch) {
     std::vector<uint8_t> local;
     std::vector<uint8_t>& buf = scratch != nullptr ? *scratch : local;
-    std::vector<int64_t> start(products.size() + 1, 0), q8_offset(products.size(), -1);
-    int64_t q8_bytes = 0;
+    std::vector<int64_t> start(products.size() + 1, 0), offset(products.size(), 0);
+    std::vector<Prepared> prepared(products.size());
+    int64_t bytes = 0;
     for (size_t p = 0; p < products.size(); ++p) {
         check_dtype(products[p]);
         start[p + 1] = start[p] + (products[p].m > 0 ? products[p].n : 0);
-        if (!is_block_quantized(products[p].w_dtype)) continue;
-        q8_offset[p] = q8_bytes;
-        q8_bytes += products[p].m * q8_activation_stride(products[p].k);
+        prepared[p].form = form_of(isa, products[p]);
+        prepared[p].stride = prepared_stride(prepared[p].form, products[p].k);
+        offset[p] = bytes;
+        bytes += products[p].m * prepared[p].stride;
     }
-    buf.resize(static_cast<size_t>(q8_bytes));
-    std::vector<Q8Activations> xq(products.size());
+    buf.resize(static_cast<size_t>(bytes));
     for (size_t p = 0; p < products.size(); ++p) {
-        if (q8_offset[p] < 0) continue;
-        const GemmArgs& a = products[p];
-        xq[p] = {a.k, q8::padded_blocks(a.k), q8_activation_stride(a.k), buf.data() + q8_offset[p]};
-        quantize_activations(a.x, a.lda, a.k, 0, a.m, buf.data() + q8_offset[p]);
+        prepared[p].data = buf.data() + offset[p];
+        prepare_rows(products[p], prepared[p], 0, products[p].m);
     }
     pool.parallel_for(start.back(), 16, [&](int64_t b, int64_t e) {
         for (size_t p = 0; p < products.size(); ++p) {
             int64_t n0 = std::max(b, start[p]), n1 = std::min(e, start[p + 1]);
-            if (n0 < n1) batch_piece(isa, products[p], q8_offset[p] >= 0 ? &xq[p] : nullptr, n0 - start[p], n1 - start[p]);
+            if (n0 < n1) batch_piece(isa, products[p], prepared[p], n0 - start[p], n1 - start[p]);
         }
     });
 }
@@ -126,11 +162,19 @@ void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, s
 void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch) {
     check_dtype(args);
     if (args.m == 0 || args.n == 0) return;
-    if (is_block_quantized(args.w_dtype)) {
-        std::vector<uint8_t> local;
-        return gemm_q8(pool, isa, args, scratch != nullptr ? *scratch : local);
+    Prepared p{form_of(isa, args)};
+    std::vector<uint8_t> local;
+    if (p.form != Form::kAsIs) {
+        std::vector<uint8_t>& buf = scratch != nullptr ? *scratch : local;
+        p.stride = prepared_stride(p.form, args.k);
+        buf.resize(static_cast<size_t>(args.m * p.stride));
+        p.data = buf.data();
+        if (args.m >= 2 * pool.num_threads())
+            pool.parallel_for(args.m, 1, [&](int64_t b, int64_t e) { prepare_rows(args, p, b, e); });
+        else
+            prepare_rows(args, p, 0, args.m);
     }
-    split(pool, args, [&](const GemmArgs& sub, int64_t, int64_t n0, int64_t n1) { gemm_rows(isa, sub, n0, n1); });
+    split(pool, args, [&](const GemmArgs& sub, int64_t row0, int64_t n0, int64_t n1) { run_rows(isa, sub, p, row0, n0, n1); });
 }
 
 }  // namespace deepinfer::kernels::cpu

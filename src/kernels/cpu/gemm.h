@@ -1,7 +1,8 @@
 #pragma once
-// Dense matrix products on the CPU: y[m, n] (+)= x[m, k] · w[n, k]ᵀ with fp32 activations, bf16,
-// fp32 or Q8 weights (core/quant_q8.h; gemm_q8.h) and fp32 accumulation. Three variants (scalar, AVX2, AVX-512) share one contract;
-// the caller picks by Isa, so tests can run every variant the machine supports.
+// Dense matrix products on the CPU: y[m, n] (+)= x[m, k] · w[n, k]ᵀ with fp32 activations (or
+// rounded to bf16: gemm_bf16.h), bf16, fp32 or Q8 weights (core/quant_q8.h; gemm_q8.h) and fp32
+// accumulation. Three variants (scalar, AVX2, AVX-512) share one contract; the caller picks by
+// Isa, so tests can run every variant the machine supports.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,12 +28,14 @@ struct GemmArgs {
     int64_t ldy = 0;
     int64_t m = 0, n = 0, k = 0;
     bool accumulate = false;  // y += instead of y =
+    // Activations rounded to bf16 first (MatmulPrecision::kBf16; gemm_bf16.h); bf16 weights only.
+    bool bf16_activations = false;
 };
 
 // Computes rows [n_begin, n_end) of w for all m rows of x, on the calling thread.
 void gemm_rows(Isa isa, const GemmArgs& args, int64_t n_begin, int64_t n_end);
-// The whole product, spread over the pool. Q8 and MXFP4 weights quantize x into `scratch` first
-// (a temporary buffer when null).
+// The whole product, spread over the pool. Q8 and MXFP4 weights quantize x into `scratch` first,
+// bf16 activations are rounded there (a temporary buffer when null).
 void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>* scratch = nullptr);
 // Independent products in one pool dispatch (the experts of a MoE layer): their weight rows are
 // laid end to end and split over the threads; every row is computed as gemm() computes it.

@@ -355,10 +355,16 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
     GemvProduct one{x, &w, y, ldy};
     if (gemv({&one, 1}, lda, m, accumulate)) return;
     int64_t s = gemm_parts_;
-    Tensor xb = empty(DType::kBF16, {s * m, k}), partial = empty(DType::kF32, {s * m, n});
+    Tensor xb = empty(DType::kBF16, {s * m, k});
     float zero = 0.0f;
     launch_pdl(split_bf16_kernel, blocks_for(m * k, 256), 256, 0, stream_, x, lda, xb.data<__nv_bfloat16>(), m, k,
                gemm_parts_);
+    if (s == 1) {  // activations rounded to bf16 (the fast precision): one product straight into y
+        DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
+                                     CUDA_R_16BF, k, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return;
+    }
+    Tensor partial = empty(DType::kF32, {s * m, n});
     DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, s * m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
                                  CUDA_R_16BF, k, &zero, partial.raw(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     launch_pdl(join_parts_kernel, blocks_for(m * n, 256), 256, 0, stream_, partial.data<float>(), m, n, gemm_parts_, y,

@@ -144,7 +144,9 @@ public:
     static constexpr int64_t kMaxHcSplitTokens = 64;
     bool gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate);
     cudaStream_t stream() const { return stream_; }
-    void set_matmul_precision(MatmulPrecision p) override { gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : 2; }
+    void set_matmul_precision(MatmulPrecision p) override {
+        gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : p == MatmulPrecision::kBf16x2 ? 2 : 1;
+    }
     void set_profiling(bool on) override { profiler_.enable(on); }
     // Graph steps are skipped while profiling (the per-op events would land inside the graphs).
     void begin_graph_step(uint64_t shape) override {

@@ -20,7 +20,7 @@ public:
     // Loads the checkpoint in `dir` onto `backend` (config.json + safetensors).
     DeepseekV4Model(const std::string& dir, kernels::Backend& backend);
     DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, kernels::Backend& backend,
-                    WeightQuant quant = WeightQuant::kNone);
+                    LoadOptions options = {});
 
     const DeepseekV4Config& config() const { return cfg_; }
     int64_t vocab_size() const override { return cfg_.vocab_size; }

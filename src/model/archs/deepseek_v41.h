@@ -24,7 +24,7 @@ class DeepseekV41Model final : public HybridCacheModel {
 public:
     DeepseekV41Model(const std::string& dir, kernels::Backend& backend);
     DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt, kernels::Backend& backend,
-                     WeightQuant quant = WeightQuant::kNone);
+                     LoadOptions options = {});
 
     const DeepseekV41Config& config() const { return cfg_; }
     bool configure_swa_replay(int tokens, int rollback) override;

@@ -175,7 +175,12 @@ void PrefixCache::untake_prefix(Sequence& s) {
 
 int64_t PrefixCache::chunk_count(const Sequence& s, int64_t start, int64_t count) const {
     if (geometry_.carry_bytes == 0) return count;
-    int64_t end = start + count, boundary = end / geometry_.span_tokens * geometry_.span_tokens;
+    int64_t span = geometry_.span_tokens, end = start + count, boundary = end / span * span;
+    // A hit never covers the prompt's last position, so the same prompt again starts from the
+    // boundary before it: when the prompt is a whole number of spans, that one needs carries too
+    // (the next chunk then ends at the prompt's end and saves those as well).
+    int64_t repeat_boundary = (s.prompt_len - 1) / span * span;
+    if (boundary > repeat_boundary && repeat_boundary > start) boundary = repeat_boundary;
     if (boundary <= start || boundary <= s.indexed_until || end - boundary <= geometry_.carry_slack) return count;
     return boundary - start;
 }
