@@ -120,9 +120,15 @@ void CpuBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope&
              positions.numel(), group, rows);
     const int64_t* pos = positions.data<int64_t>();
     const float* inv_freq = r.inv_freq.data<float>();
-    pool_.parallel_for(rows, 16, [&](int64_t b, int64_t e) {
-        for (int64_t row = b; row < e; ++row)
-            rope_row(x.data<float>() + row * cols, cols, pos[row / group], inv_freq, r.rope_dim, r.scale, inverse);
+    int half = r.rope_dim / 2;
+    // The angles once per position, for all `group` rows (heads) at it.
+    pool_.parallel_for(positions.numel(), std::max<int64_t>(1, 16 / group), [&](int64_t b, int64_t e) {
+        std::vector<float> cs(static_cast<size_t>(2 * half));
+        for (int64_t p = b; p < e; ++p) {
+            rope_angles(pos[p], inv_freq, r.rope_dim, r.scale, inverse, cs.data(), cs.data() + half);
+            for (int64_t row = p * group; row < (p + 1) * group; ++row)
+                rope_apply(x.data<float>() + row * cols, cols, r.rope_dim, cs.data(), cs.data() + half);
+        }
     });
 }
 
