@@ -126,10 +126,12 @@ bool ends_with(const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Bytes of a checkpoint tensor as the loader keeps it in memory (model/weight_loader.h): FP8 and
-// packed FP4 matrices widen to bf16, fp16 to fp32, Q8 re-encodes linear weights at 36 bytes per
-// 32 values (MXFP4 ones kept at 20); block scales are folded in. Parameters counted from the shape.
-std::pair<double, double> loaded_bytes(const std::string& name, const SafetensorsEntry& e, model::WeightQuant quant) {
+// Bytes of a checkpoint tensor as the loader keeps it in memory (model/weight_loader.h): FP8
+// matrices widen to bf16, packed FP4 ones too unless kept (20 bytes per 32 values: `keep_fp4`), fp16
+// to fp32, Q8 re-encodes linear weights at 36 bytes per 32 values; block scales are folded in.
+// Parameters counted from the shape.
+std::pair<double, double> loaded_bytes(const std::string& name, const SafetensorsEntry& e, model::WeightQuant quant,
+                                       bool keep_fp4) {
     if (e.dtype == DType::kF8E8M0 || ends_with(name, "_scale_inv") || ends_with(name, ".scale")) return {0.0, 0.0};
     double params = 1;
     for (int64_t d : e.shape) params *= static_cast<double>(d);
@@ -138,19 +140,23 @@ std::pair<double, double> loaded_bytes(const std::string& name, const Safetensor
     bool router = ends_with(name, "gate.weight") && name.find("expert") == std::string::npos;
     bool stays = name.find("embed") != std::string::npos || router;  // see WeightLoader::linear
     double size = !matrix || e.dtype == DType::kF32 || e.dtype == DType::kF16 ? 4.0 : 2.0;
-    if (matrix && quant == model::WeightQuant::kQ8 && !stays)
-        size = e.dtype == DType::kI8 || e.dtype == DType::kU8 ? 20.0 / 32.0 : 36.0 / 32.0;  // MXFP4 kept, else Q8
+    bool fp4 = matrix && (e.dtype == DType::kI8 || e.dtype == DType::kU8);
+    if (fp4 && keep_fp4)
+        size = 20.0 / 32.0;
+    else if (matrix && quant == model::WeightQuant::kQ8 && !stays)
+        size = 36.0 / 32.0;
     return {params * size, params};
 }
 
-WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c, model::WeightQuant quant) {
+WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c, model::WeightQuant quant,
+                         bool keep_fp4) {
     WeightBytes w;
     std::regex expert(R"(\.experts\.\d+\.)");
     double experts_total = 0;
     double expert_params = 0;
     for (const auto& name : ckpt.names()) {
         const SafetensorsEntry& e = ckpt.entry(name);
-        auto [b, params] = loaded_bytes(name, e, quant);
+        auto [b, params] = loaded_bytes(name, e, quant, keep_fp4);
         bool matrix = e.shape.size() >= 2;
         if (name.find("embed") != std::string::npos) {
             w.embed_row = b / c.vocab_size;
@@ -340,7 +346,7 @@ int run(int argc, char** argv) {
     bool host = backend->device() == Device::kCpu;
     double bw = host ? read_bandwidth(pool, size_t{1} << 30) : device_bandwidth(*backend);
     double gemm_rate = host ? gemm_flops(pool) : device_gemm_flops(*backend);
-    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant);
+    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant, backend->reads_mxfp4() || weight_quant == model::WeightQuant::kQ8);
     std::mt19937 rng(7);
     std::printf("model %s on %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; floor bandwidth %.1f GB/s, "
                 "GEMM %.0f GFLOP/s\n",

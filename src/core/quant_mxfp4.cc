@@ -27,19 +27,20 @@ Tensor pack(const Tensor& codes, const Tensor& scales, int64_t k) {
     return out;
 }
 
+void decode_row(const uint8_t* row, int64_t k, float* out) {
+    const auto* s = reinterpret_cast<const float*>(row + q8::padded_blocks(k) * 16);
+    for (int64_t i = 0; i < k; ++i) {
+        int64_t pair = i / 64, in_pair = i % 64;
+        uint8_t code = (row[pair * 32 + in_pair % 32] >> (in_pair >= 32 ? 4 : 0)) & 0xF;
+        out[i] = kE2m1[code] * 2.0f * s[i / 32];
+    }
+}
+
 Tensor dequantize(const Tensor& w) {
     DI_CHECK(w.ndim() == 2 && w.dtype() == DType::kMxfp4, "mxfp4::dequantize: expected an MXFP4 matrix");
-    int64_t n = w.dim(0), k = w.dim(1), blocks = q8::padded_blocks(k);
+    int64_t n = w.dim(0), k = w.dim(1);
     Tensor out = Tensor::empty(DType::kF32, {n, k});
-    for (int64_t r = 0; r < n; ++r) {
-        const uint8_t* src = w.data<uint8_t>() + r * row_bytes(k);
-        const auto* s = reinterpret_cast<const float*>(src + blocks * 16);
-        for (int64_t i = 0; i < k; ++i) {
-            int64_t pair = i / 64, in_pair = i % 64;
-            uint8_t code = (src[pair * 32 + in_pair % 32] >> (in_pair >= 32 ? 4 : 0)) & 0xF;
-            out.data<float>()[r * k + i] = kE2m1[code] * 2.0f * s[i / 32];
-        }
-    }
+    for (int64_t r = 0; r < n; ++r) decode_row(w.data<uint8_t>() + r * row_bytes(k), k, out.data<float>() + r * k);
     return out;
 }
 

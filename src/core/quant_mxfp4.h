@@ -23,5 +23,7 @@ int64_t row_bytes(int64_t k);
 Tensor pack(const Tensor& codes, const Tensor& scales, int64_t k);
 // The values an MXFP4 tensor stands for, as fp32 [n, k].
 Tensor dequantize(const Tensor& w);
+// The k values of one packed row (row_bytes(k) bytes) into `out`.
+void decode_row(const uint8_t* row, int64_t k, float* out);
 
 }  // namespace deepinfer::mxfp4

@@ -211,6 +211,12 @@ public:
     virtual Device device() const = 0;
     virtual const char* name() const = 0;
     virtual void set_matmul_precision(MatmulPrecision) {}
+    // Whether matmul and the MoE ops take MXFP4 weights as stored (DType::kMxfp4, core/quant_mxfp4.h);
+    // the model widens them to bf16 at load where not.
+    virtual bool reads_mxfp4() const { return false; }
+    // WeightQuant::kQ8: products with MXFP4 weights quantize their activations to 8-bit blocks (as
+    // Q8 weights always do) instead of decoding the weights for fp32 or bf16 activations.
+    virtual void set_int8_activations(bool) {}
     // Per-op timing for benchmarks: while on, a device backend times every op on its queue;
     // profile_report() waits for the queue and returns a table per op name (calls, device span,
     // host time spent issuing) of what ran since profiling was turned on, then starts over.

@@ -87,13 +87,13 @@ Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) cons
 }
 
 Tensor WeightLoader::linear(const Names& names, std::vector<int64_t> shape) const {
-    if (quant_ != WeightQuant::kQ8) return matrix(names, std::move(shape));
     std::string name = resolve(names);
     const SafetensorsEntry& e = ckpt_.entry(name);
-    if ((e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2) {  // 4 bits are fewer than 8: kept
+    if (keep_mxfp4_ && (e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2) {  // 4 bits as stored
         auto [codes, scale] = packed_fp4(name, shape);
         return mxfp4::pack(codes, scale, shape[1]);
     }
+    if (quant_ != WeightQuant::kQ8) return matrix(names, std::move(shape));
     return q8::quantize(matrix(names, std::move(shape)));
 }
 
@@ -106,6 +106,14 @@ WeightQuant parse_weight_quant(const std::string& name) {
 void check_weight_quant(WeightQuant quant, const kernels::Backend& backend) {
     DI_CHECK(quant == WeightQuant::kNone || backend.device() == Device::kCpu,
              "q8 weights are implemented for the CPU backend only, not {}", backend.name());
+}
+
+WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_block, const LoadOptions& options,
+                             kernels::Backend& backend, kernels::MatmulPrecision automatic) {
+    check_weight_quant(options.quant, backend);
+    backend.set_matmul_precision(matmul_precision(options.precision, automatic));
+    backend.set_int8_activations(options.quant == WeightQuant::kQ8);
+    return WeightLoader(ckpt, fp8_block, options.quant, backend.reads_mxfp4());
 }
 
 Precision parse_precision(const std::string& name) {

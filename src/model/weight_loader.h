@@ -31,10 +31,18 @@ Names layer_names(int layer, std::initializer_list<std::string> suffixes);
 // Candidate names of a global tensor, with and without the "model." prefix.
 Names global_names(std::initializer_list<std::string> names);
 
+class WeightLoader;
+// Sets the backend up for the load options (precision, 8-bit activations; `automatic` is the
+// architecture's own precision) and returns the loader for them.
+WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_block, const LoadOptions& options,
+                             kernels::Backend& backend, kernels::MatmulPrecision automatic);
+
 class WeightLoader {
 public:
-    WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block, WeightQuant quant = WeightQuant::kNone)
-        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant) {}
+    // keep_mxfp4: the backend reads MXFP4 as stored (Backend::reads_mxfp4), so linear() keeps it.
+    WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block, WeightQuant quant = WeightQuant::kNone,
+                 bool keep_mxfp4 = false)
+        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant), keep_mxfp4_(keep_mxfp4 || quant == WeightQuant::kQ8) {}
 
     bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
     Tensor matrix(const Names& names, std::vector<int64_t> shape) const;
@@ -57,6 +65,7 @@ private:
     const Checkpoint& ckpt_;
     std::array<int, 2> fp8_block_;
     WeightQuant quant_;
+    bool keep_mxfp4_;
 };
 
 }  // namespace deepinfer::model

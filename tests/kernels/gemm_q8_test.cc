@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <random>
 
 #include "base/thread_pool.h"
@@ -60,7 +61,7 @@ Tensor run_q8(Isa isa, ThreadPool& pool, const Tensor& x, const Tensor& wq, bool
     Tensor y = test::copy_of(init);
     cpu::GemmArgs a{.x = x.data<float>(), .lda = x.dim(1), .w = wq.raw(), .ldw = wq.dim(1), .w_dtype = wq.dtype(),
                     .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = wq.dim(0), .k = wq.dim(1),
-                    .accumulate = accumulate};
+                    .accumulate = accumulate, .q8_activations = true};
     cpu::gemm(pool, isa, a);
     return y;
 }
@@ -155,6 +156,43 @@ TEST(Q8, EveryKernelMatchesTheDequantizedProduct) {
     }
 }
 
+// MXFP4 weights read as stored with fp32 activations (the exact precision): the kernels decode
+// each value exactly, so the product has the bits of the same product over the weights widened
+// to bf16 at load (what the loader did before), on the scalar and AVX-512 paths alike. With
+// activations rounded to bf16 (fast) too, except that a few rows on AVX-512 take the fp32 kernel
+// on decoded values where bf16 weights take the bf16 dot products: equal within rounding there.
+TEST(Mxfp4, DecodedInRegistersGivesTheWidenedWeightsBits) {
+    uint32_t seed = test::random_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    ThreadPool pool(3);
+    for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 37, 64}, {4, 9, 96}, {7, 70, 320}, {33, 16, 128}}) {
+        Tensor values, x = test::random_f32({m, k}, rng), init = test::random_f32({m, n}, rng);
+        Tensor packed = random_mxfp4(n, k, rng, values), widened = Tensor::empty(DType::kBF16, {n, k});
+        for (int64_t i = 0; i < values.numel(); ++i) widened.data<uint16_t>()[i] = f32_to_bf16(values.data<float>()[i]);
+        for (Isa isa : test::supported_isas()) {
+            if (isa == Isa::kAvx2) continue;  // decodes through the scalar path; its bf16 kernel sums in another order
+            for (bool accumulate : {false, true})
+            for (bool fast : {false, true}) {
+                SCOPED_TRACE(testing::Message() << isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " accumulate "
+                                                << accumulate << " fast " << fast);
+                Tensor a = test::copy_of(init), b = test::copy_of(init);
+                auto args = [&](const Tensor& w, Tensor& y) {
+                    return cpu::GemmArgs{.x = x.data<float>(), .lda = k, .w = w.raw(), .ldw = k, .w_dtype = w.dtype(),
+                                         .y = y.data<float>(), .ldy = n, .m = m, .n = n, .k = k, .accumulate = accumulate,
+                                         .bf16_activations = fast};
+                };
+                cpu::gemm(pool, isa, args(packed, a));
+                cpu::gemm(pool, isa, args(widened, b));
+                if (fast && m <= 4 && isa == Isa::kAvx512)
+                    EXPECT_TRUE(test::all_close(a, b, 1e-5, 1e-5));
+                else
+                    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+            }
+        }
+    }
+}
+
 TEST(Q8, ARowGivesTheSameBitsInEveryBatch) {
     std::mt19937 rng(13);
     int64_t n = 70, k = 320;
@@ -201,7 +239,8 @@ TEST(Gemm, BatchGivesEachProductsOwnBits) {
         auto args = [&](Tensor& y) {
             return cpu::GemmArgs{.x = x.data<float>(), .lda = x.dim(1), .w = w.raw(), .ldw = w.dim(1), .w_dtype = w.dtype(),
                                  .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = w.dim(0), .k = w.dim(1),
-                                 .bf16_activations = p == 3};  // one bf16 product in the fast precision
+                                 .bf16_activations = p == 3,  // one bf16 product in the fast precision
+                                 .q8_activations = p == 2};   // one MXFP4 product each way
         };
         cpu::gemm(pool, detect_isa(), args(alone[p]));
         products.push_back(args(together[p]));

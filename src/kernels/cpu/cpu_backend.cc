@@ -62,6 +62,7 @@ void CpuBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, in
     a.k = w.dim(-1);
     a.accumulate = accumulate;
     a.bf16_activations = bf16_activations_;
+    a.q8_activations = int8_activations_;
     cpu::gemm(pool_, isa_, a, &q8_scratch_);
 }
 

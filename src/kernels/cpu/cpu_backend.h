@@ -20,6 +20,9 @@ public:
     // kBf16 rounds the activations of products with bf16 weights to bf16 (gemm_bf16.h); the
     // other settings compute in fp32.
     void set_matmul_precision(MatmulPrecision p) override { bf16_activations_ = p == MatmulPrecision::kBf16; }
+    // The AVX-512 kernels decode MXFP4 in registers; other ISAs (and the scalar references) get them widened.
+    bool reads_mxfp4() const override { return isa_ == Isa::kAvx512; }
+    void set_int8_activations(bool on) override { int8_activations_ = on; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -75,7 +78,7 @@ private:
     Isa isa_;
     std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step
     HostArena weights_;                                                    // uploads (weights, tables)
-    bool bf16_activations_ = false;
+    bool bf16_activations_ = false, int8_activations_ = false;
     std::vector<uint8_t> q8_scratch_;  // activations quantized or rounded for the kernels (gemm runs one at a time)
     struct MoeScratch {
         std::vector<float> tokens, gate, up, out;

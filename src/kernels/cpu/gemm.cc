@@ -11,7 +11,7 @@
 namespace deepinfer::kernels::cpu {
 namespace {
 
-// Weights the Q8 kernels take, with activations quantized to 8 bits.
+// Weights stored in blocks with a scale each (Q8, MXFP4).
 bool is_block_quantized(DType t) { return t == DType::kQ8 || t == DType::kMxfp4; }
 
 // Rows of x processed together so that a block of x stays in cache while w streams past it.
@@ -26,9 +26,12 @@ enum class Form {
 };
 
 Form form_of(Isa isa, const GemmArgs& a) {
-    if (is_block_quantized(a.w_dtype)) return Form::kQ8;
-    if (!a.bf16_activations || a.w_dtype != DType::kBF16) return Form::kAsIs;
-    return isa == Isa::kAvx512 && cpu_has_avx512_bf16() ? Form::kBf16 : Form::kBf16AsF32;
+    if (a.w_dtype == DType::kQ8 || (a.w_dtype == DType::kMxfp4 && a.q8_activations)) return Form::kQ8;
+    if (!a.bf16_activations || a.w_dtype == DType::kF32) return Form::kAsIs;
+    bool bf16_kernel = isa == Isa::kAvx512 && cpu_has_avx512_bf16();
+    // Few activation rows: MXFP4 decoded to fp32 in registers (the bytes read are what counts).
+    if (a.w_dtype == DType::kMxfp4 && a.m <= 4) return Form::kBf16AsF32;
+    return bf16_kernel ? Form::kBf16 : Form::kBf16AsF32;
 }
 
 // Bytes of one prepared activation row.

@@ -20,7 +20,7 @@ struct GemmArgs {
     const float* x = nullptr;  // [m, k], row stride lda
     int64_t lda = 0;
     // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16, kF32, or kQ8 / kMxfp4 whose rows
-    // are q8::row_bytes(k) / mxfp4::row_bytes(k) apart whatever ldw says)
+    // are q8::row_bytes(k) / mxfp4::row_bytes(k) apart whatever ldw says; MXFP4 needs k % 32 == 0)
     const void* w = nullptr;
     int64_t ldw = 0;
     DType w_dtype = DType::kBF16;
@@ -28,8 +28,11 @@ struct GemmArgs {
     int64_t ldy = 0;
     int64_t m = 0, n = 0, k = 0;
     bool accumulate = false;  // y += instead of y =
-    // Activations rounded to bf16 first (MatmulPrecision::kBf16; gemm_bf16.h); bf16 weights only.
+    // Activations rounded to bf16 first (MatmulPrecision::kBf16; gemm_bf16.h); not for Q8 weights.
     bool bf16_activations = false;
+    // MXFP4 weights: activations quantized to 8-bit blocks (the Q8 kernels, WeightQuant::kQ8)
+    // instead of the weights decoded for fp32 (or bf16) activations. Q8 weights always are.
+    bool q8_activations = false;
 };
 
 // Computes rows [n_begin, n_end) of w for all m rows of x, on the calling thread.

@@ -1,5 +1,7 @@
 // AVX-512 GEMM: register tiles of up to 4 activation rows x 4 weight rows, 16 lanes along k.
-// bf16 weights widen to fp32 in registers (a 16-bit shift), so accumulation is exact fp32 FMA.
+// bf16 weights widen to fp32 in registers (a 16-bit shift) and MXFP4 ones decode there (a 16-entry
+// table of e2m1 values times the block's power-of-two scale), both exactly, so accumulation is
+// exact fp32 FMA and a MXFP4 product has the bits of the same product over the widened weights.
 // GCC 12's AVX-512 headers build results from _mm512_undefined_*(), which -Wall reports as
 // uninitialised (GCC bug 105593); the warnings are about the header, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -7,20 +9,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
+#include "core/quant_mxfp4.h"
+#include "core/quant_q8.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/mxfp4_avx512.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
-
-inline __m512 load_w(const uint16_t* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-inline __m512 load_w_masked(const uint16_t* p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-inline __m512 load_w(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load_w_masked(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 
 inline float hsum(__m512 v) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -30,8 +28,47 @@ inline float hsum(__m512 v) {
     return _mm_cvtss_f32(q);
 }
 
-template <int MR, int NR, typename W>
-void tile(const GemmArgs& a, const float* x, const W* w, float* y) {
+// Weight rows of one dtype: 16 values of row j from column kk as fp32 lanes.
+struct Bf16Rows {
+    const uint16_t* w;
+    int64_t ld;
+    Bf16Rows from(int64_t j) const { return {w + j * ld, ld}; }
+    const void* at(int64_t j, int64_t kk) const { return w + j * ld + kk; }
+    __m512 load(int64_t j, int64_t kk) const {
+        __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * ld + kk));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    }
+    __m512 load_masked(int64_t j, int64_t kk, __mmask16 m) const {
+        __m256i v = _mm256_maskz_loadu_epi16(m, w + j * ld + kk);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    }
+};
+
+struct F32Rows {
+    const float* w;
+    int64_t ld;
+    F32Rows from(int64_t j) const { return {w + j * ld, ld}; }
+    const void* at(int64_t j, int64_t kk) const { return w + j * ld + kk; }
+    __m512 load(int64_t j, int64_t kk) const { return _mm512_loadu_ps(w + j * ld + kk); }
+    __m512 load_masked(int64_t j, int64_t kk, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, w + j * ld + kk); }
+};
+
+// core/quant_mxfp4.h: per pair of 32-blocks, 32 code bytes (the first block's inputs in the low
+// nibbles, the second's in the high ones); then each block's scale, halved. k is a multiple of 32.
+struct Mxfp4Rows {
+    const uint8_t* w;
+    int64_t stride, blocks;
+    Mxfp4Rows from(int64_t j) const { return {w + j * stride, stride, blocks}; }
+    const void* at(int64_t j, int64_t kk) const { return w + j * stride + kk / 2; }
+    __m512 load(int64_t j, int64_t kk) const {
+        const uint8_t* row = w + j * stride;
+        return avx512::mxfp4_values(row, reinterpret_cast<const float*>(row + blocks * 16), kk);
+    }
+    __m512 load_masked(int64_t j, int64_t kk, __mmask16) const { return load(j, kk); }  // never: k % 16 == 0
+};
+
+template <int MR, int NR, typename Rows>
+void tile(const GemmArgs& a, const float* x, const Rows& w, float* y) {
     __m512 acc[MR][NR];
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -40,8 +77,8 @@ void tile(const GemmArgs& a, const float* x, const W* w, float* y) {
         __m512 wv[NR];
         for (int j = 0; j < NR; ++j) {
             // The next row block, one tile ahead (see gemm_q8_vnni.cc).
-            _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * a.ldw + kk), _MM_HINT_T0);
-            wv[j] = load_w(w + j * a.ldw + kk);
+            _mm_prefetch(static_cast<const char*>(w.at(j + NR, kk)), _MM_HINT_T0);
+            wv[j] = w.load(j, kk);
         }
         for (int i = 0; i < MR; ++i) {
             __m512 xv = _mm512_loadu_ps(x + i * a.lda + kk);
@@ -51,7 +88,7 @@ void tile(const GemmArgs& a, const float* x, const W* w, float* y) {
     if (kk < a.k) {
         __mmask16 mask = static_cast<__mmask16>((1u << (a.k - kk)) - 1);
         __m512 wv[NR];
-        for (int j = 0; j < NR; ++j) wv[j] = load_w_masked(w + j * a.ldw + kk, mask);
+        for (int j = 0; j < NR; ++j) wv[j] = w.load_masked(j, kk, mask);
         for (int i = 0; i < MR; ++i) {
             __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * a.lda + kk);
             for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -66,8 +103,8 @@ void tile(const GemmArgs& a, const float* x, const W* w, float* y) {
     }
 }
 
-template <int MR, typename W>
-void row_block(const GemmArgs& a, const float* x, const W* w, float* y, int64_t nr) {
+template <int MR, typename Rows>
+void row_block(const GemmArgs& a, const float* x, const Rows& w, float* y, int64_t nr) {
     switch (nr) {
         case 4: return tile<MR, 4>(a, x, w, y);
         case 3: return tile<MR, 3>(a, x, w, y);
@@ -76,12 +113,29 @@ void row_block(const GemmArgs& a, const float* x, const W* w, float* y, int64_t 
     }
 }
 
-template <typename W>
-void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
-    const W* w = static_cast<const W*>(a.w);
+// Activation rows beyond which a block of MXFP4 weight rows is decoded once into fp32 for all of
+// them (the same values, so the same bits) rather than in every register tile.
+constexpr int64_t kDecodeOnceRows = 4;
+
+template <typename Rows>
+void rows(const GemmArgs& a, const Rows& w, int64_t n_begin, int64_t n_end) {
+    if constexpr (std::is_same_v<Rows, Mxfp4Rows>) {
+        if (a.m > kDecodeOnceRows) {
+            thread_local std::vector<float> decoded;
+            decoded.resize(static_cast<size_t>(4 * a.k));
+            for (int64_t j = n_begin; j < n_end; j += 4) {
+                int64_t nr = std::min<int64_t>(4, n_end - j);
+                avx512::mxfp4_decode_rows(w.from(j).w, w.stride, w.blocks, nr, a.k, decoded.data());
+                GemmArgs sub = a;
+                sub.y = a.y + j;
+                rows(sub, F32Rows{decoded.data(), a.k}, 0, nr);
+            }
+            return;
+        }
+    }
     for (int64_t j = n_begin; j < n_end; j += 4) {
         int64_t nr = std::min<int64_t>(4, n_end - j);
-        const W* wj = w + j * a.ldw;
+        Rows wj = w.from(j);
         for (int64_t i = 0; i < a.m; i += 4) {
             const float* x = a.x + i * a.lda;
             float* y = a.y + i * a.ldy + j;
@@ -98,10 +152,14 @@ void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 void gemm_rows_avx512(const GemmArgs& args, int64_t n_begin, int64_t n_end) {
-    if (args.w_dtype == DType::kBF16)
-        rows<uint16_t>(args, n_begin, n_end);
-    else
-        rows<float>(args, n_begin, n_end);
+    switch (args.w_dtype) {
+        case DType::kBF16: return rows(args, Bf16Rows{static_cast<const uint16_t*>(args.w), args.ldw}, n_begin, n_end);
+        case DType::kMxfp4:
+            return rows(args,
+                        Mxfp4Rows{static_cast<const uint8_t*>(args.w), mxfp4::row_bytes(args.k), q8::padded_blocks(args.k)},
+                        n_begin, n_end);
+        default: return rows(args, F32Rows{static_cast<const float*>(args.w), args.ldw}, n_begin, n_end);
+    }
 }
 
 }  // namespace deepinfer::kernels::cpu

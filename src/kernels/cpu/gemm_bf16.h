@@ -25,7 +25,7 @@ void round_activations_bf16(const float* x, int64_t lda, int64_t k, int64_t begi
 // The same rounding, kept as fp32 values (row stride k): for CPUs without AVX-512 BF16.
 void round_activations_bf16_as_f32(const float* x, int64_t lda, int64_t k, int64_t begin, int64_t end, float* out);
 
-// Rows [n_begin, n_end) of the bf16 weight `args.w` against the rounded activations
+// Rows [n_begin, n_end) of the bf16 or MXFP4 weight `args.w` against the rounded activations
 // (AVX-512 BF16; args.x is not read).
 void gemm_bf16_rows_avx512(const GemmArgs& args, const Bf16Activations& xb, int64_t n_begin, int64_t n_end);
 void round_activations_bf16_avx512(const float* x, int64_t lda, int64_t k, int64_t begin, int64_t end, uint16_t* out);

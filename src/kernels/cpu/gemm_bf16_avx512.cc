@@ -1,13 +1,17 @@
 // AVX-512 BF16 GEMM: register tiles of up to 4 activation rows x 4 weight rows, 32 bf16 pairs
-// along k per vdpbf16ps. Each (row, weight row) accumulator sees k in the same order whatever the
+// along k per vdpbf16ps; MXFP4 weights are decoded to bf16 (exactly) a block of rows at a time. Each (row, weight row) accumulator sees k in the same order whatever the
 // tile shape, so a row's result does not depend on the batch around it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
+#include "core/quant_mxfp4.h"
+#include "core/quant_q8.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/mxfp4_avx512.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -63,7 +67,35 @@ void row_block(const GemmArgs& a, const Bf16Activations& xb, const uint16_t* w, 
 
 }  // namespace
 
+namespace {
+
+// MXFP4 weights: each block of 4 rows decoded once into bf16 (exact) for all activation rows.
+void mxfp4_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
+    thread_local std::vector<float> values;
+    thread_local std::vector<uint16_t> decoded;
+    values.resize(static_cast<size_t>(4 * a.k));
+    decoded.resize(static_cast<size_t>(4 * a.k));
+    int64_t stride = mxfp4::row_bytes(a.k), blocks = q8::padded_blocks(a.k);
+    for (int64_t j = n_begin; j < n_end; j += 4) {
+        int64_t nr = std::min<int64_t>(4, n_end - j);
+        avx512::mxfp4_decode_rows(static_cast<const uint8_t*>(a.w) + j * stride, stride, blocks, nr, a.k, values.data());
+        for (int64_t i = 0; i < nr * a.k; i += 32) {
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(values.data() + i + 16), _mm512_loadu_ps(values.data() + i));
+            _mm512_storeu_si512(decoded.data() + i, reinterpret_cast<__m512i&>(v));
+        }
+        GemmArgs sub = a;
+        sub.w = decoded.data();
+        sub.w_dtype = DType::kBF16;
+        sub.ldw = a.k;
+        sub.y = a.y + j;
+        gemm_bf16_rows_avx512(sub, xb, 0, nr);
+    }
+}
+
+}  // namespace
+
 void gemm_bf16_rows_avx512(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
+    if (a.w_dtype == DType::kMxfp4) return mxfp4_rows(a, xb, n_begin, n_end);
     const auto* w = static_cast<const uint16_t*>(a.w);
     for (int64_t j = n_begin; j < n_end; j += 4) {
         int64_t nr = std::min<int64_t>(4, n_end - j);

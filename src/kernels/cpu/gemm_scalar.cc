@@ -1,4 +1,7 @@
+#include <vector>
+
 #include "core/dtype.h"
+#include "core/quant_mxfp4.h"
 #include "kernels/cpu/gemm.h"
 
 namespace deepinfer::kernels::cpu {
@@ -26,9 +29,25 @@ void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
     }
 }
 
+// MXFP4 rows decoded one at a time (core/quant_mxfp4.h).
+void mxfp4_rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
+    std::vector<float> w(static_cast<size_t>(a.k));
+    for (int64_t j = n_begin; j < n_end; ++j) {
+        mxfp4::decode_row(static_cast<const uint8_t*>(a.w) + j * mxfp4::row_bytes(a.k), a.k, w.data());
+        for (int64_t i = 0; i < a.m; ++i) {
+            const float* x = a.x + i * a.lda;
+            float acc = 0.0f;
+            for (int64_t kk = 0; kk < a.k; ++kk) acc += x[kk] * w[kk];
+            float& out = a.y[i * a.ldy + j];
+            out = a.accumulate ? out + acc : acc;
+        }
+    }
+}
+
 }  // namespace
 
 void gemm_rows_scalar(const GemmArgs& args, int64_t n_begin, int64_t n_end) {
+    if (args.w_dtype == DType::kMxfp4) return mxfp4_rows(args, n_begin, n_end);
     if (args.w_dtype == DType::kBF16)
         rows<uint16_t>(args, n_begin, n_end);
     else

@@ -44,9 +44,7 @@ DeepseekV4Model::DeepseekV4Model(const std::string& dir, Backend& backend)
 
 DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, Backend& backend, LoadOptions options)
     : HybridCacheModel(backend), cfg_(std::move(cfg)) {
-    check_weight_quant(options.quant, backend_);
-    backend_.set_matmul_precision(matmul_precision(options.precision, kernels::MatmulPrecision::kBf16x2));
-    WeightLoader loader(ckpt, cfg_.fp8_block, options.quant);
+    WeightLoader loader = prepare_loading(ckpt, cfg_.fp8_block, options, backend_, kernels::MatmulPrecision::kBf16x2);
     w_ = load_deepseek_v4_weights(cfg_, loader, backend_);
     rope_main_ = make_rope(cfg_.rope_main, cfg_.rope_dim, backend_);
     rope_compress_ = make_rope(cfg_.rope_compress, cfg_.rope_dim, backend_);

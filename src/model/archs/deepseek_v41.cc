@@ -50,11 +50,9 @@ DeepseekV41Model::DeepseekV41Model(const std::string& dir, Backend& backend)
 
 DeepseekV41Model::DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt, Backend& backend, LoadOptions options)
     : HybridCacheModel(backend), cfg_(std::move(cfg)) {
-    check_weight_quant(options.quant, backend_);
     // FP8 / FP4 fake quantisation of KV, entries and indexer inputs rounds to coarse grids: on its
     // own the architecture keeps fp32's precision in GEMMs, or different roundings follow.
-    backend_.set_matmul_precision(matmul_precision(options.precision, kernels::MatmulPrecision::kFp32));
-    WeightLoader loader(ckpt, cfg_.base.fp8_block, options.quant);
+    WeightLoader loader = prepare_loading(ckpt, cfg_.base.fp8_block, options, backend_, kernels::MatmulPrecision::kFp32);
     w_ = load_deepseek_v41_weights(cfg_, loader, backend_);
     rope_main_ = make_rope(cfg_.base.rope_main, cfg_.base.rope_dim, backend_);
     rope_compress_ = make_rope(cfg_.base.rope_compress, cfg_.base.rope_dim, backend_);
