@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
@@ -63,23 +64,29 @@ int main(int argc, char** argv) {
     std::printf("weight %ld x %ld bf16 (%.0f MB), %d threads, read bandwidth over it %.1f GB/s\n", static_cast<long>(n),
                 static_cast<long>(k), w.nbytes() / 1e6, pool.num_threads(), bw / 1e9);
     Tensor wq = q8::quantize(w);
+    Tensor codes = Tensor::empty(DType::kU8, {n, k / 2}), scales = Tensor::empty(DType::kF32, {n, k / 32});
+    for (int64_t i = 0; i < codes.numel(); ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = 1.0f / 64;
+    Tensor w4 = mxfp4::pack(codes, scales, k);
     std::vector<uint8_t> scratch;
-    // bf16 weights twice: fp32 activations (exact) and activations rounded to bf16 (fast).
+    // bf16 weights twice: fp32 activations (exact) and activations rounded to bf16 (fast); MXFP4
+    // with fp32 activations (decoded in registers) and with 8-bit ones (--quantize q8).
     struct Case {
         const Tensor* weight;
-        bool fast;
+        bool fast, q8;
         const char* label;
     };
-    for (const Case& c : {Case{&w, false, "bf16"}, Case{&w, true, "bf16, fast"}, Case{&wq, false, "q8"}}) {
+    for (const Case& c : {Case{&w, false, false, "bf16"}, Case{&w, true, false, "bf16, fast"}, Case{&wq, false, true, "q8"},
+                          Case{&w4, false, false, "mxfp4"}, Case{&w4, false, true, "mxfp4, q8 activations"}}) {
         for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-            if (isa > detect_isa() || (c.weight == &wq && isa == Isa::kAvx2)) continue;  // Q8: VNNI or scalar
+            if (isa > detect_isa() || (c.weight != &w && isa == Isa::kAvx2)) continue;  // Q8 / MXFP4: AVX-512 or scalar
             if (c.fast && isa == Isa::kScalar) continue;
             for (int64_t m : {1, 4, 16, 128, 512}) {
                 Tensor x = Tensor::empty(DType::kF32, {m, k}), y = Tensor::empty(DType::kF32, {m, n});
                 for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.001f * static_cast<float>(i % 997);
                 kernels::cpu::GemmArgs a{.x = x.data<float>(), .lda = k, .w = c.weight->raw(), .ldw = k,
                                          .w_dtype = c.weight->dtype(), .y = y.data<float>(), .ldy = n, .m = m, .n = n,
-                                         .k = k, .bf16_activations = c.fast};
+                                         .k = k, .bf16_activations = c.fast, .q8_activations = c.q8};
                 if ((isa == Isa::kScalar && m > 4) || (m > 128 && n * k > (int64_t{1} << 25))) continue;
                 double t = best_seconds(m >= 128 ? 2 : 5, [&] { kernels::cpu::gemm(pool, isa, a, &scratch); });
                 double bytes = static_cast<double>(c.weight->nbytes());

@@ -59,12 +59,6 @@ struct Mxfp4Rows {
     const uint8_t* w;
     int64_t stride, blocks;
     Mxfp4Rows from(int64_t j) const { return {w + j * stride, stride, blocks}; }
-    const void* at(int64_t j, int64_t kk) const { return w + j * stride + kk / 2; }
-    __m512 load(int64_t j, int64_t kk) const {
-        const uint8_t* row = w + j * stride;
-        return avx512::mxfp4_values(row, reinterpret_cast<const float*>(row + blocks * 16), kk);
-    }
-    __m512 load_masked(int64_t j, int64_t kk, __mmask16) const { return load(j, kk); }  // never: k % 16 == 0
 };
 
 template <int MR, int NR, typename Rows>
@@ -101,6 +95,50 @@ void tile(const GemmArgs& a, const float* x, const Rows& w, float* y) {
             out = a.accumulate ? out + s : s;
         }
     }
+}
+
+// MXFP4 weight rows for few activation rows (decode): each pair of blocks (64 values in 32 bytes)
+// is split into nibbles once per row, then 16 values at a time are a widening, a table lookup and
+// a multiply by the block's scale away, in the order the other tiles sum k (same bits as widened).
+template <int MR, int NR>
+void tile(const GemmArgs& a, const float* x, const Mxfp4Rows& w, float* y) {
+    const __m512 twice_e2m1 = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, -0.0f, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < a.k; kk += 64) {
+        __m256i lo[NR], hi[NR];
+        const float* scale[NR];
+        for (int j = 0; j < NR; ++j) {
+            const uint8_t* row = w.w + j * w.stride;
+            _mm_prefetch(reinterpret_cast<const char*>(row + NR * w.stride + kk / 2), _MM_HINT_T0);
+            __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + kk / 2));
+            lo[j] = _mm256_and_si256(bytes, nibble);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+            scale[j] = reinterpret_cast<const float*>(row + w.blocks * 16) + kk / 32;
+        }
+        int quarters = a.k - kk >= 64 ? 4 : 2;  // k is a multiple of 32
+        for (int q = 0; q < quarters; ++q) {
+            __m512 wv[NR];
+            for (int j = 0; j < NR; ++j) {
+                __m256i src = q < 2 ? lo[j] : hi[j];
+                __m128i part = q % 2 == 0 ? _mm256_castsi256_si128(src) : _mm256_extracti128_si256(src, 1);
+                wv[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(part), twice_e2m1),
+                                      _mm512_set1_ps(scale[j][q / 2]));
+            }
+            for (int i = 0; i < MR; ++i) {
+                __m512 xv = _mm512_loadu_ps(x + i * a.lda + kk + 16 * q);
+                for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) {
+            float s = hsum(acc[i][j]);
+            float& out = y[i * a.ldy + j];
+            out = a.accumulate ? out + s : s;
+        }
 }
 
 template <int MR, typename Rows>
