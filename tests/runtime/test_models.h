@@ -7,6 +7,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,11 +18,27 @@
 namespace deepinfer::test {
 
 // `fixture` is a directory under tests/data ("v4/v4_tiny_a").
+// Removes `dir` when the process exits normally (ctest runs every test in a process of its own:
+// each left its model directories behind).
+inline void remove_at_exit(const std::filesystem::path& dir) {
+    static struct Cleanup {
+        std::vector<std::filesystem::path> dirs;
+        ~Cleanup() {
+            for (const auto& d : dirs) {
+                std::error_code ec;
+                std::filesystem::remove_all(d, ec);
+            }
+        }
+    } cleanup;
+    cleanup.dirs.push_back(dir);
+}
+
 inline std::string make_model_dir(const std::string& fixture, int vocab) {
     namespace fs = std::filesystem;
     std::string name = fs::path(fixture).filename().string();
     fs::path dir = fs::temp_directory_path() / ("di_model_" + name + "_" + std::to_string(::getpid()));
     fs::create_directories(dir);
+    remove_at_exit(dir);
     for (const auto& e : fs::directory_iterator(data_path(fixture)))
         fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
     nlohmann::json vocab_map = nlohmann::json::object(), merges = nlohmann::json::array();
