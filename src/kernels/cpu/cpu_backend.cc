@@ -100,19 +100,72 @@ void CpuBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Te
     }
 }
 
+namespace {
+
+void rms_norm_row(const float* in, float* out, int64_t cols, const float* w, float eps) {
+    double ss = 0.0;
+    for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(in[c]) * in[c];
+    float inv = 1.0f / std::sqrt(static_cast<float>(ss / cols) + eps);
+    for (int64_t c = 0; c < cols; ++c) out[c] = w ? w[c] * (in[c] * inv) : in[c] * inv;
+}
+
+}  // namespace
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {
     int64_t cols = x.dim(-1), rows = x.numel() / cols;
     const float* w = weight ? weight->data<float>() : nullptr;
     pool_.parallel_for(rows, 8, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-            const float* in = x.data<float>() + r * cols;
-            float* out = y.data<float>() + r * cols;
-            double ss = 0.0;
-            for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(in[c]) * in[c];
-            float inv = 1.0f / std::sqrt(static_cast<float>(ss / cols) + eps);
-            for (int64_t c = 0; c < cols; ++c) out[c] = w ? w[c] * (in[c] * inv) : in[c] * inv;
+        for (int64_t r = b; r < e; ++r) rms_norm_row(x.data<float>() + r * cols, y.data<float>() + r * cols, cols, w, eps);
+    });
+}
+
+// Every job's rows in one pool dispatch, each row as rms_norm and rope compute it.
+void CpuBackend::norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) {
+    std::vector<int64_t> start(jobs.size() + 1, 0);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const Tensor& x = *jobs[i].x;
+        int64_t rows = x.numel() / x.dim(-1);
+        DI_CHECK(jobs[i].rope == nullptr || positions.numel() * jobs[i].group == rows,
+                 "norm_rope_many: {} positions x {} rows per position != {} rows", positions.numel(), jobs[i].group, rows);
+        start[i + 1] = start[i] + rows;
+    }
+    const int64_t* pos = positions.data<int64_t>();
+    pool_.parallel_for(start.back(), 8, [&](int64_t b, int64_t e) {
+        std::vector<float> cs;
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            const NormRopeJob& j = jobs[i];
+            int64_t cols = j.x->dim(-1), angles_of = -1;  // the position cs holds (rows of one position are neighbours)
+            for (int64_t r = std::max(b, start[i]); r < std::min(e, start[i + 1]); ++r) {
+                float* row = j.x->data<float>() + (r - start[i]) * cols;
+                if (j.norm) rms_norm_row(row, row, cols, j.weight ? j.weight->data<float>() : nullptr, j.eps);
+                if (j.rope == nullptr) continue;
+                int half = j.rope->rope_dim / 2;
+                int64_t p = pos[(r - start[i]) / j.group];
+                cs.resize(static_cast<size_t>(2 * half));
+                if (p != angles_of)
+                    rope_angles(p, j.rope->inv_freq.data<float>(), j.rope->rope_dim, j.rope->scale, false, cs.data(),
+                                cs.data() + half);
+                angles_of = p;
+                rope_apply(row, cols, j.rope->rope_dim, cs.data(), cs.data() + half);
+            }
         }
     });
+}
+
+// Sibling products of one input in one pool dispatch (gemm_batch computes each row as gemm does).
+void CpuBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
+    check_f32(x, "matmul_many input");
+    std::vector<GemmArgs> products;
+    for (const MatmulTarget& t : targets) {
+        const Tensor& w = *t.w;
+        int64_t k = w.dim(-1), n = w.dim(0), m = x.numel() / k;
+        DI_CHECK(x.numel() == m * k && t.y->numel() == m * n, "matmul_many: x {} · w {} -> y {} shapes disagree",
+                 x.shape_string(), w.shape_string(), t.y->shape_string());
+        products.push_back(GemmArgs{.x = x.data<float>(), .lda = k, .w = w.raw(), .ldw = k, .w_dtype = w.dtype(),
+                                    .y = t.y->data<float>(), .ldy = n, .m = m, .n = n, .k = k,
+                                    .bf16_activations = bf16_activations_, .q8_activations = int8_activations_});
+    }
+    cpu::gemm_batch(pool_, isa_, products, &q8_scratch_);
 }
 
 void CpuBackend::rope(Tensor& x, const Tensor& positions, int group, const Rope& r, bool inverse) {

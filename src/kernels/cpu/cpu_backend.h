@@ -31,6 +31,8 @@ public:
 
     void embed(const Tensor& ids, const Tensor& table, int hc, Tensor& out) override;
     void matmul(const Tensor& x, const Tensor& w, Tensor& y) override;
+    void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override;
+    void norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor& positions) override;
     void grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) override;
     void rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) override;
     void rope(Tensor& x, const Tensor& positions, int group, const Rope& rope, bool inverse) override;

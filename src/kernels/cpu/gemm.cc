@@ -140,19 +140,33 @@ void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, s
     std::vector<uint8_t>& buf = scratch != nullptr ? *scratch : local;
     std::vector<int64_t> start(products.size() + 1, 0), offset(products.size(), 0);
     std::vector<Prepared> prepared(products.size());
+    std::vector<int> same_as(products.size(), -1);  // an earlier product with the same prepared activations
     int64_t bytes = 0;
     for (size_t p = 0; p < products.size(); ++p) {
-        check_dtype(products[p]);
-        start[p + 1] = start[p] + (products[p].m > 0 ? products[p].n : 0);
-        prepared[p].form = form_of(isa, products[p]);
-        prepared[p].stride = prepared_stride(prepared[p].form, products[p].k);
+        const GemmArgs& a = products[p];
+        check_dtype(a);
+        start[p + 1] = start[p] + (a.m > 0 ? a.n : 0);
+        prepared[p].form = form_of(isa, a);
+        prepared[p].stride = prepared_stride(prepared[p].form, a.k);
+        for (size_t q = 0; q < p && prepared[p].form != Form::kAsIs; ++q) {
+            const GemmArgs& b = products[q];
+            if (prepared[q].form == prepared[p].form && b.x == a.x && b.lda == a.lda && b.k == a.k && b.m == a.m) {
+                same_as[p] = static_cast<int>(q);
+                break;
+            }
+        }
         offset[p] = bytes;
-        bytes += products[p].m * prepared[p].stride;
+        if (same_as[p] < 0) bytes += a.m * prepared[p].stride;
     }
     buf.resize(static_cast<size_t>(bytes));
     for (size_t p = 0; p < products.size(); ++p) {
-        prepared[p].data = buf.data() + offset[p];
-        prepare_rows(products[p], prepared[p], 0, products[p].m);
+        const GemmArgs& a = products[p];
+        prepared[p].data = buf.data() + offset[same_as[p] < 0 ? p : static_cast<size_t>(same_as[p])];
+        if (same_as[p] >= 0 || prepared[p].form == Form::kAsIs) continue;
+        if (a.m >= 2 * pool.num_threads())
+            pool.parallel_for(a.m, 1, [&](int64_t b, int64_t e) { prepare_rows(a, prepared[p], b, e); });
+        else
+            prepare_rows(a, prepared[p], 0, a.m);
     }
     pool.parallel_for(start.back(), 16, [&](int64_t b, int64_t e) {
         for (size_t p = 0; p < products.size(); ++p) {
