@@ -346,7 +346,7 @@ int run(int argc, char** argv) {
     bool host = backend->device() == Device::kCpu;
     double bw = host ? read_bandwidth(pool, size_t{1} << 30) : device_bandwidth(*backend);
     double gemm_rate = host ? gemm_flops(pool) : device_gemm_flops(*backend);
-    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant, backend->reads_mxfp4() || weight_quant == model::WeightQuant::kQ8);
+    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant, model::keeps_mxfp4(weight_quant, *backend));
     std::mt19937 rng(7);
     std::printf("model %s on %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; floor bandwidth %.1f GB/s, "
                 "GEMM %.0f GFLOP/s\n",

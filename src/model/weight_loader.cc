@@ -108,12 +108,16 @@ void check_weight_quant(WeightQuant quant, const kernels::Backend& backend) {
              "q8 weights are implemented for the CPU backend only, not {}", backend.name());
 }
 
+bool keeps_mxfp4(WeightQuant quant, const kernels::Backend& backend) {
+    return quant == WeightQuant::kQ8 || backend.reads_mxfp4();
+}
+
 WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_block, const LoadOptions& options,
                              kernels::Backend& backend, kernels::MatmulPrecision automatic) {
     check_weight_quant(options.quant, backend);
     backend.set_matmul_precision(matmul_precision(options.precision, automatic));
     backend.set_int8_activations(options.quant == WeightQuant::kQ8);
-    return WeightLoader(ckpt, fp8_block, options.quant, backend.reads_mxfp4());
+    return WeightLoader(ckpt, fp8_block, options.quant, keeps_mxfp4(options.quant, backend));
 }
 
 Precision parse_precision(const std::string& name) {

@@ -39,10 +39,10 @@ WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_bloc
 
 class WeightLoader {
 public:
-    // keep_mxfp4: the backend reads MXFP4 as stored (Backend::reads_mxfp4), so linear() keeps it.
+    // keep_mxfp4 (keeps_mxfp4()): linear() keeps MXFP4 weights as stored.
     WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block, WeightQuant quant = WeightQuant::kNone,
                  bool keep_mxfp4 = false)
-        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant), keep_mxfp4_(keep_mxfp4 || quant == WeightQuant::kQ8) {}
+        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant), keep_mxfp4_(keep_mxfp4) {}
 
     bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
     Tensor matrix(const Names& names, std::vector<int64_t> shape) const;

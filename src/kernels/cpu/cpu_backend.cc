@@ -135,13 +135,13 @@ void CpuBackend::norm_rope_many(std::span<const NormRopeJob> jobs, const Tensor&
         for (size_t i = 0; i < jobs.size(); ++i) {
             const NormRopeJob& j = jobs[i];
             int64_t cols = j.x->dim(-1), angles_of = -1;  // the position cs holds (rows of one position are neighbours)
+            int half = j.rope != nullptr ? j.rope->rope_dim / 2 : 0;
+            cs.resize(static_cast<size_t>(2 * half));
             for (int64_t r = std::max(b, start[i]); r < std::min(e, start[i + 1]); ++r) {
                 float* row = j.x->data<float>() + (r - start[i]) * cols;
                 if (j.norm) rms_norm_row(row, row, cols, j.weight ? j.weight->data<float>() : nullptr, j.eps);
                 if (j.rope == nullptr) continue;
-                int half = j.rope->rope_dim / 2;
                 int64_t p = pos[(r - start[i]) / j.group];
-                cs.resize(static_cast<size_t>(2 * half));
                 if (p != angles_of)
                     rope_angles(p, j.rope->inv_freq.data<float>(), j.rope->rope_dim, j.rope->scale, false, cs.data(),
                                 cs.data() + half);

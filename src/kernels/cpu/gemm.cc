@@ -60,6 +60,14 @@ void prepare_rows(const GemmArgs& a, const Prepared& p, int64_t begin, int64_t e
     }
 }
 
+// All rows of the product prepared, over the pool when there are enough of them.
+void prepare(ThreadPool& pool, const GemmArgs& a, const Prepared& p) {
+    if (a.m >= 2 * pool.num_threads())
+        pool.parallel_for(a.m, 1, [&](int64_t b, int64_t e) { prepare_rows(a, p, b, e); });
+    else
+        prepare_rows(a, p, 0, a.m);
+}
+
 // Weight rows [n0, n1) for the activation rows of `sub`, which start at row `row0` of the product.
 void run_rows(Isa isa, const GemmArgs& sub, const Prepared& p, int64_t row0, int64_t n0, int64_t n1) {
     uint8_t* rows = p.data + row0 * p.stride;
@@ -162,11 +170,7 @@ void gemm_batch(ThreadPool& pool, Isa isa, std::span<const GemmArgs> products, s
     for (size_t p = 0; p < products.size(); ++p) {
         const GemmArgs& a = products[p];
         prepared[p].data = buf.data() + offset[same_as[p] < 0 ? p : static_cast<size_t>(same_as[p])];
-        if (same_as[p] >= 0 || prepared[p].form == Form::kAsIs) continue;
-        if (a.m >= 2 * pool.num_threads())
-            pool.parallel_for(a.m, 1, [&](int64_t b, int64_t e) { prepare_rows(a, prepared[p], b, e); });
-        else
-            prepare_rows(a, prepared[p], 0, a.m);
+        if (same_as[p] < 0 && prepared[p].form != Form::kAsIs) prepare(pool, a, prepared[p]);
     }
     pool.parallel_for(start.back(), 16, [&](int64_t b, int64_t e) {
         for (size_t p = 0; p < products.size(); ++p) {
@@ -186,10 +190,7 @@ void gemm(ThreadPool& pool, Isa isa, const GemmArgs& args, std::vector<uint8_t>*
         p.stride = prepared_stride(p.form, args.k);
         buf.resize(static_cast<size_t>(args.m * p.stride));
         p.data = buf.data();
-        if (args.m >= 2 * pool.num_threads())
-            pool.parallel_for(args.m, 1, [&](int64_t b, int64_t e) { prepare_rows(args, p, b, e); });
-        else
-            prepare_rows(args, p, 0, args.m);
+        prepare(pool, args, p);
     }
     split(pool, args, [&](const GemmArgs& sub, int64_t row0, int64_t n0, int64_t n1) { run_rows(isa, sub, p, row0, n0, n1); });
 }

@@ -28,6 +28,23 @@ inline float hsum(__m512 v) {
     return _mm_cvtss_f32(q);
 }
 
+template <int MR, int NR>
+void zero_tile(__m512 (&acc)[MR][NR]) {
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+}
+
+// Each accumulator's lanes summed into its output (added to it when accumulating).
+template <int MR, int NR>
+void store_tile(const GemmArgs& a, __m512 (&acc)[MR][NR], float* y) {
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) {
+            float s = hsum(acc[i][j]);
+            float& out = y[i * a.ldy + j];
+            out = a.accumulate ? out + s : s;
+        }
+}
+
 // Weight rows of one dtype: 16 values of row j from column kk as fp32 lanes.
 struct Bf16Rows {
     const uint16_t* w;
@@ -64,8 +81,7 @@ struct Mxfp4Rows {
 template <int MR, int NR, typename Rows>
 void tile(const GemmArgs& a, const float* x, const Rows& w, float* y) {
     __m512 acc[MR][NR];
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    zero_tile<MR, NR>(acc);
     int64_t kk = 0;
     for (; kk + 16 <= a.k; kk += 16) {
         __m512 wv[NR];
@@ -88,13 +104,7 @@ void tile(const GemmArgs& a, const float* x, const Rows& w, float* y) {
             for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
         }
     }
-    for (int i = 0; i < MR; ++i) {
-        for (int j = 0; j < NR; ++j) {
-            float s = hsum(acc[i][j]);
-            float& out = y[i * a.ldy + j];
-            out = a.accumulate ? out + s : s;
-        }
-    }
+    store_tile<MR, NR>(a, acc, y);
 }
 
 // MXFP4 weight rows for few activation rows (decode): each pair of blocks (64 values in 32 bytes)
@@ -102,11 +112,10 @@ void tile(const GemmArgs& a, const float* x, const Rows& w, float* y) {
 // a multiply by the block's scale away, in the order the other tiles sum k (same bits as widened).
 template <int MR, int NR>
 void tile(const GemmArgs& a, const float* x, const Mxfp4Rows& w, float* y) {
-    const __m512 twice_e2m1 = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, -0.0f, -1, -2, -3, -4, -6, -8, -12);
+    const __m512 table = avx512::twice_e2m1();
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     __m512 acc[MR][NR];
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    zero_tile<MR, NR>(acc);
     for (int64_t kk = 0; kk < a.k; kk += 64) {
         __m256i lo[NR], hi[NR];
         const float* scale[NR];
@@ -124,7 +133,7 @@ void tile(const GemmArgs& a, const float* x, const Mxfp4Rows& w, float* y) {
             for (int j = 0; j < NR; ++j) {
                 __m256i src = q < 2 ? lo[j] : hi[j];
                 __m128i part = q % 2 == 0 ? _mm256_castsi256_si128(src) : _mm256_extracti128_si256(src, 1);
-                wv[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(part), twice_e2m1),
+                wv[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(part), table),
                                       _mm512_set1_ps(scale[j][q / 2]));
             }
             for (int i = 0; i < MR; ++i) {
@@ -133,12 +142,7 @@ void tile(const GemmArgs& a, const float* x, const Mxfp4Rows& w, float* y) {
             }
         }
     }
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) {
-            float s = hsum(acc[i][j]);
-            float& out = y[i * a.ldy + j];
-            out = a.accumulate ? out + s : s;
-        }
+    store_tile<MR, NR>(a, acc, y);
 }
 
 template <int MR, typename Rows>
