@@ -69,15 +69,16 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = 1.0f / 64;
     Tensor w4 = mxfp4::pack(codes, scales, k);
     std::vector<uint8_t> scratch;
-    // bf16 weights twice: fp32 activations (exact) and activations rounded to bf16 (fast); MXFP4
-    // with fp32 activations (decoded in registers) and with 8-bit ones (--quantize q8).
+    // bf16 and MXFP4 weights with fp32 activations (exact) and activations rounded to bf16 (fast);
+    // MXFP4 also with 8-bit ones (--quantize q8).
     struct Case {
         const Tensor* weight;
         bool fast, q8;
         const char* label;
     };
     for (const Case& c : {Case{&w, false, false, "bf16"}, Case{&w, true, false, "bf16, fast"}, Case{&wq, false, true, "q8"},
-                          Case{&w4, false, false, "mxfp4"}, Case{&w4, false, true, "mxfp4, q8 activations"}}) {
+                          Case{&w4, false, false, "mxfp4"}, Case{&w4, true, false, "mxfp4, fast"},
+                          Case{&w4, false, true, "mxfp4, q8 activations"}}) {
         for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
             if (isa > detect_isa() || (c.weight != &w && isa == Isa::kAvx2)) continue;  // Q8 / MXFP4: AVX-512 or scalar
             if (c.fast && isa == Isa::kScalar) continue;

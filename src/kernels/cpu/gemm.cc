@@ -29,8 +29,6 @@ Form form_of(Isa isa, const GemmArgs& a) {
     if (a.w_dtype == DType::kQ8 || (a.w_dtype == DType::kMxfp4 && a.q8_activations)) return Form::kQ8;
     if (!a.bf16_activations || a.w_dtype == DType::kF32) return Form::kAsIs;
     bool bf16_kernel = isa == Isa::kAvx512 && cpu_has_avx512_bf16();
-    // Few activation rows: MXFP4 decoded to fp32 in registers (the bytes read are what counts).
-    if (a.w_dtype == DType::kMxfp4 && a.m <= 4) return Form::kBf16AsF32;
     return bf16_kernel ? Form::kBf16 : Form::kBf16AsF32;
 }
 

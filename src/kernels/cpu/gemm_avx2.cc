@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/tile_loop.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -48,32 +49,12 @@ void tile(const GemmArgs& a, const float* x, const W* w, float* y) {
     }
 }
 
-template <int MR, typename W>
-void row_block(const GemmArgs& a, const float* x, const W* w, float* y, int64_t nr) {
-    switch (nr) {
-        case 3: return tile<MR, 3>(a, x, w, y);
-        case 2: return tile<MR, 2>(a, x, w, y);
-        default: return tile<MR, 1>(a, x, w, y);
-    }
-}
-
 template <typename W>
 void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
     const W* w = static_cast<const W*>(a.w);
-    for (int64_t j = n_begin; j < n_end; j += 3) {
-        int64_t nr = std::min<int64_t>(3, n_end - j);
-        const W* wj = w + j * a.ldw;
-        for (int64_t i = 0; i < a.m; i += 4) {
-            const float* x = a.x + i * a.lda;
-            float* y = a.y + i * a.ldy + j;
-            switch (std::min<int64_t>(4, a.m - i)) {
-                case 4: row_block<4>(a, x, wj, y, nr); break;
-                case 3: row_block<3>(a, x, wj, y, nr); break;
-                case 2: row_block<2>(a, x, wj, y, nr); break;
-                default: row_block<1>(a, x, wj, y, nr); break;
-            }
-        }
-    }
+    for_each_tile<4, 3>(a.m, n_begin, n_end, [&]<int MR, int NR>(int64_t i, int64_t j) {
+        tile<MR, NR>(a, a.x + i * a.lda, w + j * a.ldw, a.y + i * a.ldy + j);
+    });
 }
 
 }  // namespace

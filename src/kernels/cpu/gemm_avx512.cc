@@ -16,6 +16,7 @@
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/mxfp4_avx512.h"
+#include "kernels/cpu/tile_loop.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -145,16 +146,6 @@ void tile(const GemmArgs& a, const float* x, const Mxfp4Rows& w, float* y) {
     store_tile<MR, NR>(a, acc, y);
 }
 
-template <int MR, typename Rows>
-void row_block(const GemmArgs& a, const float* x, const Rows& w, float* y, int64_t nr) {
-    switch (nr) {
-        case 4: return tile<MR, 4>(a, x, w, y);
-        case 3: return tile<MR, 3>(a, x, w, y);
-        case 2: return tile<MR, 2>(a, x, w, y);
-        default: return tile<MR, 1>(a, x, w, y);
-    }
-}
-
 // Activation rows beyond which a block of MXFP4 weight rows is decoded once into fp32 for all of
 // them (the same values, so the same bits) rather than in every register tile.
 constexpr int64_t kDecodeOnceRows = 4;
@@ -175,20 +166,9 @@ void rows(const GemmArgs& a, const Rows& w, int64_t n_begin, int64_t n_end) {
             return;
         }
     }
-    for (int64_t j = n_begin; j < n_end; j += 4) {
-        int64_t nr = std::min<int64_t>(4, n_end - j);
-        Rows wj = w.from(j);
-        for (int64_t i = 0; i < a.m; i += 4) {
-            const float* x = a.x + i * a.lda;
-            float* y = a.y + i * a.ldy + j;
-            switch (std::min<int64_t>(4, a.m - i)) {
-                case 4: row_block<4>(a, x, wj, y, nr); break;
-                case 3: row_block<3>(a, x, wj, y, nr); break;
-                case 2: row_block<2>(a, x, wj, y, nr); break;
-                default: row_block<1>(a, x, wj, y, nr); break;
-            }
-        }
-    }
+    for_each_tile<4, 4>(a.m, n_begin, n_end, [&]<int MR, int NR>(int64_t i, int64_t j) {
+        tile<MR, NR>(a, a.x + i * a.lda, w.from(j), a.y + i * a.ldy + j);
+    });
 }
 
 }  // namespace

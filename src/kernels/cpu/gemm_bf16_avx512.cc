@@ -1,6 +1,7 @@
 // AVX-512 BF16 GEMM: register tiles of up to 4 activation rows x 4 weight rows, 32 bf16 pairs
-// along k per vdpbf16ps; MXFP4 weights are decoded to bf16 (exactly) a block of rows at a time. Each (row, weight row) accumulator sees k in the same order whatever the
-// tile shape, so a row's result does not depend on the batch around it.
+// along k per vdpbf16ps. MXFP4 weights are decoded to bf16 exactly: in registers for few activation
+// rows, a block of rows at a time into memory for more. Each (row, weight row) accumulator sees k
+// in the same order whatever the tile shape, so a row's result does not depend on the batch around it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -8,10 +9,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/mxfp4_avx512.h"
+#include "kernels/cpu/tile_loop.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -20,8 +23,87 @@ inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
-template <int MR, int NR>
-void tile(const GemmArgs& a, const Bf16Activations& xb, const uint16_t* w, float* y) {
+// Twice each e2m1 value (core/quant_mxfp4.h stores the scales halved) as bf16 bits less those of
+// 1.0 (zeros kept), twice over for a 32-entry word permute: adding a power-of-two scale's bf16
+// bits to a nonzero entry gives the scaled value's.
+alignas(64) constexpr uint16_t kTwiceE2m1Bf16Unscaled[32] = {
+    0x0000, 0x0000, 0x0080, 0x00C0, 0x0100, 0x0140, 0x0180, 0x01C0, 0x8000, 0x8000, 0x8080, 0x80C0, 0x8100, 0x8140, 0x8180, 0x81C0,
+    0x0000, 0x0000, 0x0080, 0x00C0, 0x0100, 0x0140, 0x0180, 0x01C0, 0x8000, 0x8000, 0x8080, 0x80C0, 0x8100, 0x8140, 0x8180, 0x81C0};
+
+// Block kk / 32 of a packed row one value at a time, rounded as the loader widens them (for
+// scales whose values may leave the normal range, where the vector conversion would flush).
+__m512bh mxfp4_block_bf16_scalar(const uint8_t* row, const float* scales, int64_t kk) {
+    alignas(64) uint16_t out[32];
+    for (int64_t i = 0; i < 32; ++i) {
+        uint8_t byte = row[(kk / 64) * 32 + i];
+        int code = kk % 64 != 0 ? byte >> 4 : byte & 0xF;
+        out[i] = f32_to_bf16(mxfp4::kE2m1[code] * (2.0f * scales[kk / 32]));
+    }
+    return as_bh(_mm512_load_si512(out));
+}
+
+// Block kk / 32 of a packed MXFP4 row as 32 bf16 values: a table lookup of the codes, then the
+// scale's bf16 bits added to the nonzero ones (the scale is a power of two that keeps every value
+// normal: scales_keep_values_normal). Every value is exact, so these are the bits of the weights
+// widened at load.
+inline __m512bh mxfp4_block_bf16(const uint8_t* row, int64_t blocks, int64_t kk) {
+    __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + (kk / 64) * 32));
+    if (kk % 64 != 0) bytes = _mm256_srli_epi16(bytes, 4);
+    __m512i codes = _mm512_cvtepu8_epi16(_mm256_and_si256(bytes, _mm256_set1_epi8(0x0F)));
+    __m512i values = _mm512_permutexvar_epi16(codes, _mm512_load_si512(kTwiceE2m1Bf16Unscaled));
+    const auto* scale_bf16 = reinterpret_cast<const int16_t*>(row + blocks * 16 + kk / 32 * 4) + 1;  // upper half
+    __mmask32 nonzero = _mm512_test_epi16_mask(codes, _mm512_set1_epi16(7));
+    return as_bh(_mm512_mask_add_epi16(values, nonzero, values, _mm512_set1_epi16(*scale_bf16)));
+}
+
+// Whether the first `nblocks` scales of `rows` packed rows are positive powers of two 2^e with
+// -126 <= e <= 124, so that 2^e times twice any e2m1 value is a normal number.
+bool scales_keep_values_normal(const uint8_t* w, int64_t stride, int64_t blocks, int64_t rows, int64_t nblocks) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto* scales = reinterpret_cast<const uint32_t*>(w + r * stride + blocks * 16);
+        for (int64_t b = 0; b < nblocks; b += 16) {
+            __mmask16 live = static_cast<__mmask16>(nblocks - b >= 16 ? 0xFFFF : (1u << (nblocks - b)) - 1);
+            __m512i bits = _mm512_maskz_loadu_epi32(live, scales + b);
+            __m512i exponent = _mm512_srli_epi32(bits, 23);
+            __mmask16 power_of_two = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(static_cast<int>(0x807FFFFFu)));
+            __mmask16 in_range = _mm512_cmpge_epi32_mask(exponent, _mm512_set1_epi32(1)) &
+                                 _mm512_cmple_epi32_mask(exponent, _mm512_set1_epi32(251));
+            if ((power_of_two & in_range & live) != live) return false;
+        }
+    }
+    return true;
+}
+
+// Weight rows of one format, 32 values of row j from column kk as bf16.
+struct Bf16Weights {
+    const uint16_t* w;
+    int64_t ld;
+    Bf16Weights from(int64_t j) const { return {w + j * ld, ld}; }
+    const void* at(int64_t j, int64_t kk) const { return w + j * ld + kk; }
+    __m512bh load(int64_t j, int64_t kk) const { return as_bh(_mm512_loadu_si512(w + j * ld + kk)); }
+    __m512bh load_masked(int64_t j, int64_t kk, __mmask32 m) const {
+        return as_bh(_mm512_maskz_loadu_epi16(m, w + j * ld + kk));
+    }
+};
+
+// MXFP4 rows decoded in registers, a 32-block per load (k is a multiple of 32: no masked loads);
+// kAnyScale: one value at a time, for rows whose scales fail scales_keep_values_normal.
+template <bool kAnyScale>
+struct Mxfp4Weights {
+    const uint8_t* w;
+    int64_t stride, blocks;
+    Mxfp4Weights from(int64_t j) const { return {w + j * stride, stride, blocks}; }
+    const void* at(int64_t j, int64_t kk) const { return w + j * stride + kk / 2; }
+    __m512bh load(int64_t j, int64_t kk) const {
+        const uint8_t* row = w + j * stride;
+        if constexpr (kAnyScale) return mxfp4_block_bf16_scalar(row, reinterpret_cast<const float*>(row + blocks * 16), kk);
+        return mxfp4_block_bf16(row, blocks, kk);
+    }
+    __m512bh load_masked(int64_t j, int64_t kk, __mmask32) const { return load(j, kk); }
+};
+
+template <int MR, int NR, typename Weights>
+void tile(const GemmArgs& a, const Bf16Activations& xb, const Weights& w, float* y) {
     __m512 acc[MR][NR];
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -30,8 +112,8 @@ void tile(const GemmArgs& a, const Bf16Activations& xb, const uint16_t* w, float
         __m512bh wv[NR];
         for (int j = 0; j < NR; ++j) {
             // The next row block, one tile ahead (see gemm_q8_vnni.cc).
-            _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * a.ldw + kk), _MM_HINT_T0);
-            wv[j] = as_bh(_mm512_loadu_si512(w + j * a.ldw + kk));
+            _mm_prefetch(static_cast<const char*>(w.at(j + NR, kk)), _MM_HINT_T0);
+            wv[j] = w.load(j, kk);
         }
         for (int i = 0; i < MR; ++i) {
             __m512bh xv = as_bh(_mm512_loadu_si512(xb.row(i) + kk));
@@ -41,7 +123,7 @@ void tile(const GemmArgs& a, const Bf16Activations& xb, const uint16_t* w, float
     if (kk < a.k) {  // the activation rows are zero-filled past k; the weight rows are not
         __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (a.k - kk)) - 1);
         __m512bh wv[NR];
-        for (int j = 0; j < NR; ++j) wv[j] = as_bh(_mm512_maskz_loadu_epi16(mask, w + j * a.ldw + kk));
+        for (int j = 0; j < NR; ++j) wv[j] = w.load_masked(j, kk, mask);
         for (int i = 0; i < MR; ++i) {
             __m512bh xv = as_bh(_mm512_loadu_si512(xb.row(i) + kk));
             for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
@@ -55,40 +137,43 @@ void tile(const GemmArgs& a, const Bf16Activations& xb, const uint16_t* w, float
         }
 }
 
-template <int MR>
-void row_block(const GemmArgs& a, const Bf16Activations& xb, const uint16_t* w, float* y, int64_t nr) {
-    switch (nr) {
-        case 4: return tile<MR, 4>(a, xb, w, y);
-        case 3: return tile<MR, 3>(a, xb, w, y);
-        case 2: return tile<MR, 2>(a, xb, w, y);
-        default: return tile<MR, 1>(a, xb, w, y);
-    }
+template <typename Weights>
+void rows(const GemmArgs& a, const Bf16Activations& xb, const Weights& w, int64_t n_begin, int64_t n_end) {
+    for_each_tile<4, 4>(a.m, n_begin, n_end, [&]<int MR, int NR>(int64_t i, int64_t j) {
+        tile<MR, NR>(a, xb.from_row(i), w.from(j), a.y + i * a.ldy + j);
+    });
 }
 
-}  // namespace
+// Activation rows beyond which a block of 4 MXFP4 weight rows is decoded once into bf16 for all
+// of them (the same values, so the same bits) rather than in every register tile.
+constexpr int64_t kDecodeOnceRows = 4;
 
-namespace {
-
-// MXFP4 weights: each block of 4 rows decoded once into bf16 (exact) for all activation rows.
-void mxfp4_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
-    thread_local std::vector<float> values;
+// Rows [j, j + nr) of MXFP4 weights for all activation rows: decoded in registers for few of
+// them, once into bf16 for more.
+template <bool kAnyScale>
+void mxfp4_row_block(const GemmArgs& a, const Bf16Activations& xb, const Mxfp4Weights<kAnyScale>& w, int64_t j, int64_t nr) {
+    if (a.m <= kDecodeOnceRows) return rows(a, xb, w, j, j + nr);
     thread_local std::vector<uint16_t> decoded;
-    values.resize(static_cast<size_t>(4 * a.k));
     decoded.resize(static_cast<size_t>(4 * a.k));
+    for (int64_t r = 0; r < nr; ++r)
+        for (int64_t kk = 0; kk < a.k; kk += 32) {
+            __m512bh v = w.load(j + r, kk);
+            _mm512_storeu_si512(decoded.data() + r * a.k + kk, reinterpret_cast<__m512i&>(v));
+        }
+    GemmArgs sub = a;
+    sub.y = a.y + j;
+    rows(sub, xb, Bf16Weights{decoded.data(), a.k}, 0, nr);
+}
+
+void mxfp4_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
+    const auto* w = static_cast<const uint8_t*>(a.w);
     int64_t stride = mxfp4::row_bytes(a.k), blocks = q8::padded_blocks(a.k);
     for (int64_t j = n_begin; j < n_end; j += 4) {
         int64_t nr = std::min<int64_t>(4, n_end - j);
-        avx512::mxfp4_decode_rows(static_cast<const uint8_t*>(a.w) + j * stride, stride, blocks, nr, a.k, values.data());
-        for (int64_t i = 0; i < nr * a.k; i += 32) {
-            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(values.data() + i + 16), _mm512_loadu_ps(values.data() + i));
-            _mm512_storeu_si512(decoded.data() + i, reinterpret_cast<__m512i&>(v));
-        }
-        GemmArgs sub = a;
-        sub.w = decoded.data();
-        sub.w_dtype = DType::kBF16;
-        sub.ldw = a.k;
-        sub.y = a.y + j;
-        gemm_bf16_rows_avx512(sub, xb, 0, nr);
+        if (scales_keep_values_normal(w + j * stride, stride, blocks, nr, a.k / 32))
+            mxfp4_row_block(a, xb, Mxfp4Weights<false>{w, stride, blocks}, j, nr);
+        else
+            mxfp4_row_block(a, xb, Mxfp4Weights<true>{w, stride, blocks}, j, nr);
     }
 }
 
@@ -96,21 +181,7 @@ void mxfp4_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, i
 
 void gemm_bf16_rows_avx512(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
     if (a.w_dtype == DType::kMxfp4) return mxfp4_rows(a, xb, n_begin, n_end);
-    const auto* w = static_cast<const uint16_t*>(a.w);
-    for (int64_t j = n_begin; j < n_end; j += 4) {
-        int64_t nr = std::min<int64_t>(4, n_end - j);
-        const uint16_t* wj = w + j * a.ldw;
-        for (int64_t i = 0; i < a.m; i += 4) {
-            Bf16Activations x = xb.from_row(i);
-            float* y = a.y + i * a.ldy + j;
-            switch (std::min<int64_t>(4, a.m - i)) {
-                case 4: row_block<4>(a, x, wj, y, nr); break;
-                case 3: row_block<3>(a, x, wj, y, nr); break;
-                case 2: row_block<2>(a, x, wj, y, nr); break;
-                default: row_block<1>(a, x, wj, y, nr); break;
-            }
-        }
-    }
+    rows(a, xb, Bf16Weights{static_cast<const uint16_t*>(a.w), a.ldw}, n_begin, n_end);
 }
 
 void round_activations_bf16_avx512(const float* x, int64_t lda, int64_t k, int64_t begin, int64_t end, uint16_t* out) {

@@ -15,6 +15,7 @@
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm_q8.h"
+#include "kernels/cpu/tile_loop.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -88,44 +89,15 @@ void tile(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t 
     }
 }
 
-template <DType F, int MR, int NR>
-void columns(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, float* y, int64_t nr) {
-    if constexpr (NR == 1) {
-        tile<F, MR, 1>(a, xq, w, wstride, y);
-    } else {
-        if (nr == NR) return tile<F, MR, NR>(a, xq, w, wstride, y);
-        return columns<F, MR, NR - 1>(a, xq, w, wstride, y, nr);
-    }
-}
-
-// One weight row block of up to NR rows against every activation row.
-template <DType F, int NR>
-void row_block(const GemmArgs& a, const Q8Activations& xq, const uint8_t* w, int64_t wstride, int64_t j, int64_t nr) {
-    if (a.m == 1) return columns<F, 1, NR>(a, xq, w, wstride, a.y + j, nr);
-    for (int64_t i = 0; i < a.m; i += 4) {
-        Q8Activations rows = xq.from_row(i);
-        float* y = a.y + i * a.ldy + j;
-        switch (std::min<int64_t>(4, a.m - i)) {
-            case 4: columns<F, 4, NR>(a, rows, w, wstride, y, nr); break;
-            case 3: columns<F, 3, NR>(a, rows, w, wstride, y, nr); break;
-            case 2: columns<F, 2, NR>(a, rows, w, wstride, y, nr); break;
-            default: columns<F, 1, NR>(a, rows, w, wstride, y, nr); break;
-        }
-    }
-}
-
 template <DType F>
-void rows(const GemmArgs& args, const Q8Activations& xq, int64_t wstride, int64_t n_begin, int64_t n_end) {
-    const auto* w = static_cast<const uint8_t*>(args.w);
+void rows(const GemmArgs& a, const Q8Activations& xq, int64_t wstride, int64_t n_begin, int64_t n_end) {
+    const auto* w = static_cast<const uint8_t*>(a.w);
+    auto at = [&]<int MR, int NR>(int64_t i, int64_t j) {
+        tile<F, MR, NR>(a, xq.from_row(i), w + j * wstride, wstride, a.y + i * a.ldy + j);
+    };
     // A lone activation row streams the weights: more rows in flight hide more memory latency.
-    int64_t step = args.m == 1 ? 8 : 4;
-    for (int64_t j = n_begin; j < n_end; j += step) {
-        int64_t nr = std::min(step, n_end - j);
-        if (args.m == 1)
-            row_block<F, 8>(args, xq, w + j * wstride, wstride, j, nr);
-        else
-            row_block<F, 4>(args, xq, w + j * wstride, wstride, j, nr);
-    }
+    if (a.m == 1) return for_each_tile<1, 8>(a.m, n_begin, n_end, at);
+    for_each_tile<4, 4>(a.m, n_begin, n_end, at);
 }
 
 }  // namespace
