@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/host_allocator.h"
 #include "base/thread_pool.h"
+#include "core/quant_fp8.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
 #include "model/archs/deepseek_v4.h"
@@ -127,11 +128,12 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 // Bytes of a checkpoint tensor as the loader keeps it in memory (model/weight_loader.h): FP8
-// matrices widen to bf16, packed FP4 ones too unless kept (20 bytes per 32 values: `keep_fp4`), fp16
-// to fp32, Q8 re-encodes linear weights at 36 bytes per 32 values; block scales are folded in.
+// matrices widen to bf16 unless kept (a byte per value and one per 32), packed FP4 ones too unless
+// kept (20 bytes per 32 values), fp16 to fp32, Q8 re-encodes linear weights at 36 bytes per 32
+// values; block scales are folded in.
 // Parameters counted from the shape.
 std::pair<double, double> loaded_bytes(const std::string& name, const SafetensorsEntry& e, model::WeightQuant quant,
-                                       bool keep_fp4) {
+                                       model::KeptFormats kept) {
     if (e.dtype == DType::kF8E8M0 || ends_with(name, "_scale_inv") || ends_with(name, ".scale")) return {0.0, 0.0};
     double params = 1;
     for (int64_t d : e.shape) params *= static_cast<double>(d);
@@ -141,22 +143,25 @@ std::pair<double, double> loaded_bytes(const std::string& name, const Safetensor
     bool stays = name.find("embed") != std::string::npos || router;  // see WeightLoader::linear
     double size = !matrix || e.dtype == DType::kF32 || e.dtype == DType::kF16 ? 4.0 : 2.0;
     bool fp4 = matrix && (e.dtype == DType::kI8 || e.dtype == DType::kU8);
-    if (fp4 && keep_fp4)
+    bool fp8 = matrix && e.dtype == DType::kF8E4M3 && !stays;
+    if (fp4 && kept.mxfp4)
         size = 20.0 / 32.0;
+    else if (fp8 && kept.fp8)  // as the releases' power-of-two scales allow (fp8::packable)
+        size = 1.0 + 1.0 / fp8::kScaleColumns;
     else if (matrix && quant == model::WeightQuant::kQ8 && !stays)
         size = 36.0 / 32.0;
     return {params * size, params};
 }
 
 WeightBytes weight_bytes(const model::Checkpoint& ckpt, const model::DeepseekV4Config& c, model::WeightQuant quant,
-                         bool keep_fp4) {
+                         model::KeptFormats kept) {
     WeightBytes w;
     std::regex expert(R"(\.experts\.\d+\.)");
     double experts_total = 0;
     double expert_params = 0;
     for (const auto& name : ckpt.names()) {
         const SafetensorsEntry& e = ckpt.entry(name);
-        auto [b, params] = loaded_bytes(name, e, quant, keep_fp4);
+        auto [b, params] = loaded_bytes(name, e, quant, kept);
         bool matrix = e.shape.size() >= 2;
         if (name.find("embed") != std::string::npos) {
             w.embed_row = b / c.vocab_size;
@@ -346,7 +351,7 @@ int run(int argc, char** argv) {
     bool host = backend->device() == Device::kCpu;
     double bw = host ? read_bandwidth(pool, size_t{1} << 30) : device_bandwidth(*backend);
     double gemm_rate = host ? gemm_flops(pool) : device_gemm_flops(*backend);
-    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant, model::keeps_mxfp4(weight_quant, *backend));
+    WeightBytes wb = weight_bytes(ckpt, cfg, weight_quant, model::kept_formats(weight_quant, *backend));
     std::mt19937 rng(7);
     std::printf("model %s on %s: %d layers, hidden %ld, %d experts (top-%d); %d threads; floor bandwidth %.1f GB/s, "
                 "GEMM %.0f GFLOP/s\n",

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "core/quant_fp8.h"
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "core/tensor.h"
@@ -68,9 +69,13 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < codes.numel(); ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
     for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = 1.0f / 64;
     Tensor w4 = mxfp4::pack(codes, scales, k);
+    Tensor codes8 = Tensor::empty(DType::kF8E4M3, {n, k}), scales8 = Tensor::empty(DType::kF32, {(n + 127) / 128, (k + 127) / 128});
+    for (int64_t i = 0; i < codes8.numel(); ++i) codes8.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 0x7F);
+    for (int64_t i = 0; i < scales8.numel(); ++i) scales8.data<float>()[i] = 1.0f / 64;
+    Tensor w8 = fp8::pack(codes8, scales8, {128, 128});
     std::vector<uint8_t> scratch;
-    // bf16 and MXFP4 weights with fp32 activations (exact) and activations rounded to bf16 (fast);
-    // MXFP4 also with 8-bit ones (--quantize q8).
+    // bf16, MXFP4 and FP8 weights with fp32 activations (exact) and activations rounded to bf16
+    // (fast); MXFP4 also with 8-bit ones (--quantize q8).
     struct Case {
         const Tensor* weight;
         bool fast, q8;
@@ -78,7 +83,8 @@ int main(int argc, char** argv) {
     };
     for (const Case& c : {Case{&w, false, false, "bf16"}, Case{&w, true, false, "bf16, fast"}, Case{&wq, false, true, "q8"},
                           Case{&w4, false, false, "mxfp4"}, Case{&w4, true, false, "mxfp4, fast"},
-                          Case{&w4, false, true, "mxfp4, q8 activations"}}) {
+                          Case{&w4, false, true, "mxfp4, q8 activations"}, Case{&w8, false, false, "fp8"},
+                          Case{&w8, true, false, "fp8, fast"}}) {
         for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
             if (isa > detect_isa() || (c.weight != &w && isa == Isa::kAvx2)) continue;  // Q8 / MXFP4: AVX-512 or scalar
             if (c.fast && isa == Isa::kScalar) continue;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/quant_fp8.h"
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 
@@ -32,12 +33,14 @@ size_t dtype_size(DType dtype) {
 size_t dtype_row_bytes(DType dtype, int64_t row_elems) {
     if (dtype == DType::kQ8) return static_cast<size_t>(q8::row_bytes(row_elems));
     if (dtype == DType::kMxfp4) return static_cast<size_t>(mxfp4::row_bytes(row_elems));
+    if (dtype == DType::kFp8) return static_cast<size_t>(fp8::row_bytes(row_elems));
     return static_cast<size_t>(row_elems) * dtype_size(dtype);
 }
 
 const char* dtype_name(DType dtype) {
     if (dtype == DType::kQ8) return "Q8_32";
     if (dtype == DType::kMxfp4) return "MXFP4_32";
+    if (dtype == DType::kFp8) return "FP8_E4M3_128";
     for (const auto& info : kDTypes)
         if (info.dtype == dtype) return info.name;
     return "unknown";

@@ -7,12 +7,18 @@
 
 namespace deepinfer {
 
-// kQ8 and kMxfp4 are not safetensors types: weights kept in rows of 8-bit blocks made at load
-// (core/quant_q8.h) or of the releases' 4-bit blocks (core/quant_mxfp4.h); their rows are not
-// element-sized, so size tensors of them with dtype_row_bytes().
-enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kQ8, kMxfp4, kUnknown };
+// kQ8, kMxfp4 and kFp8 are not safetensors types: weights kept in rows of 8-bit blocks made at
+// load (core/quant_q8.h), of the releases' 4-bit blocks (core/quant_mxfp4.h) or of their e4m3
+// codes with block scales (core/quant_fp8.h); their rows are not element-sized, so size tensors
+// of them with dtype_row_bytes().
+enum class DType : uint8_t {
+    kF32, kF16, kBF16, kF8E4M3, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kF8E8M0, kQ8, kMxfp4, kFp8, kUnknown
+};
 
-// Bytes per element (0 for kUnknown and for kQ8 / kMxfp4, whose rows are blocks).
+// Weights stored in rows of blocks with their scales (kQ8, kMxfp4, kFp8).
+inline bool is_block_quantized(DType t) { return t == DType::kQ8 || t == DType::kMxfp4 || t == DType::kFp8; }
+
+// Bytes per element (0 for kUnknown and for the block-quantized types, whose rows are blocks).
 size_t dtype_size(DType dtype);
 // Bytes of one row of `row_elems` elements (the last dimension).
 size_t dtype_row_bytes(DType dtype, int64_t row_elems);

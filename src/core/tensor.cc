@@ -70,7 +70,7 @@ Tensor Tensor::reshape(std::vector<int64_t> shape) const {
     Tensor t = *this;
     t.shape_ = std::move(shape);
     DI_CHECK(t.numel() == numel(), "reshape {} -> {} changes the element count", shape_string(), t.shape_string());
-    DI_CHECK((dtype_ != DType::kQ8 && dtype_ != DType::kMxfp4) || (!shape_.empty() && !t.shape_.empty() && t.shape_.back() == shape_.back()),
+    DI_CHECK(!is_block_quantized(dtype_) || (!shape_.empty() && !t.shape_.empty() && t.shape_.back() == shape_.back()),
              "reshape {} -> {}: a block-quantized tensor keeps its rows", shape_string(), t.shape_string());
     return t;
 }

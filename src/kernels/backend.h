@@ -214,6 +214,8 @@ public:
     // Whether matmul and the MoE ops take MXFP4 weights as stored (DType::kMxfp4, core/quant_mxfp4.h);
     // the model widens them to bf16 at load where not.
     virtual bool reads_mxfp4() const { return false; }
+    // The same for FP8 block-scaled weights (DType::kFp8, core/quant_fp8.h) in matmul.
+    virtual bool reads_fp8() const { return false; }
     // WeightQuant::kQ8: products with MXFP4 weights quantize their activations to 8-bit blocks (as
     // Q8 weights always do) instead of decoding the weights for fp32 or bf16 activations.
     virtual void set_int8_activations(bool) {}

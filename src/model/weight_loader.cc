@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.h"
+#include "core/quant_fp8.h"
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/backend.h"
@@ -89,9 +90,13 @@ Tensor WeightLoader::matrix(const Names& names, std::vector<int64_t> shape) cons
 Tensor WeightLoader::linear(const Names& names, std::vector<int64_t> shape) const {
     std::string name = resolve(names);
     const SafetensorsEntry& e = ckpt_.entry(name);
-    if (keep_mxfp4_ && (e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2) {  // 4 bits as stored
+    if (kept_.mxfp4 && (e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2) {  // 4 bits as stored
         auto [codes, scale] = packed_fp4(name, shape);
         return mxfp4::pack(codes, scale, shape[1]);
+    }
+    if (kept_.fp8 && e.dtype == DType::kF8E4M3 && shape.size() == 2) {  // 8 bits as stored where exact
+        Tensor q = checked(name, shape), scale = fp8_scales(name, q);
+        if (fp8::packable(q, scale, fp8_block_)) return fp8::pack(q, scale, fp8_block_);
     }
     if (quant_ != WeightQuant::kQ8) return matrix(names, std::move(shape));
     return q8::quantize(matrix(names, std::move(shape)));
@@ -108,8 +113,9 @@ void check_weight_quant(WeightQuant quant, const kernels::Backend& backend) {
              "q8 weights are implemented for the CPU backend only, not {}", backend.name());
 }
 
-bool keeps_mxfp4(WeightQuant quant, const kernels::Backend& backend) {
-    return quant == WeightQuant::kQ8 || backend.reads_mxfp4();
+KeptFormats kept_formats(WeightQuant quant, const kernels::Backend& backend) {
+    return {.mxfp4 = quant == WeightQuant::kQ8 || backend.reads_mxfp4(),
+            .fp8 = quant != WeightQuant::kQ8 && backend.reads_fp8()};
 }
 
 WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_block, const LoadOptions& options,
@@ -117,7 +123,7 @@ WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_bloc
     check_weight_quant(options.quant, backend);
     backend.set_matmul_precision(matmul_precision(options.precision, automatic));
     backend.set_int8_activations(options.quant == WeightQuant::kQ8);
-    return WeightLoader(ckpt, fp8_block, options.quant, keeps_mxfp4(options.quant, backend));
+    return WeightLoader(ckpt, fp8_block, options.quant, kept_formats(options.quant, backend));
 }
 
 Precision parse_precision(const std::string& name) {
@@ -160,14 +166,19 @@ Tensor WeightLoader::table(const Names& names, std::vector<int64_t> shape) const
     return t;
 }
 
-Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& q) const {
+Tensor WeightLoader::fp8_scales(const std::string& name, const Tensor& q) const {
     DI_CHECK(q.ndim() == 2, "FP8 tensor '{}' must be 2-D", name);
     std::string base = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
     auto scale_name = ckpt_.find({name + "_scale_inv", base + ".weight_scale_inv", base + ".scale"});
     DI_CHECK(scale_name.has_value(), "FP8 tensor '{}' in {} has no block scale ({}_scale_inv or {}.scale)", name,
              ckpt_.file_of(name), name, base);
+    int64_t br = fp8_block_[0], bc = fp8_block_[1];
+    return param({*scale_name}, {(q.dim(0) + br - 1) / br, (q.dim(1) + bc - 1) / bc});
+}
+
+Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& q) const {
     int64_t rows = q.dim(0), cols = q.dim(1), br = fp8_block_[0], bc = fp8_block_[1];
-    Tensor scale = param({*scale_name}, {(rows + br - 1) / br, (cols + bc - 1) / bc});
+    Tensor scale = fp8_scales(name, q);
     const float* s = scale.data<float>();
     bool exact_in_bf16 = true;
     for (int64_t i = 0; i < scale.numel(); ++i) exact_in_bf16 = exact_in_bf16 && is_power_of_two(s[i]);

@@ -6,8 +6,9 @@
 //    I8 / U8 2-D weights are MXFP4 (two e2m1 codes a byte, a power-of-two `.scale` per 32
 //    inputs) and dequantised to bf16 (exactly).
 //  - linear(): matrix(), then quantized as the loader was asked (WeightQuant) - for the weights of
-//    linear layers; embeddings and routers stay matrix(). Under kQ8, MXFP4 weights stay 4-bit
-//    (DType::kMxfp4) instead of widening.
+//    linear layers; embeddings and routers stay matrix(). Formats the backend reads (KeptFormats)
+//    stay as stored instead of widening: MXFP4 (DType::kMxfp4, also under kQ8) and FP8 whose
+//    scales allow it (DType::kFp8, fp8::packable).
 //  - param(): everything else that is float (norms, biases, mHC, sinks, E8M0 scales) as fp32.
 //  - table(): integer tables (tid2eid) as stored.
 // Each takes candidate names (release, HF-saved and HF-module spellings); errors name them all.
@@ -39,10 +40,10 @@ WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_bloc
 
 class WeightLoader {
 public:
-    // keep_mxfp4 (keeps_mxfp4()): linear() keeps MXFP4 weights as stored.
+    // kept (kept_formats()): what linear() keeps as stored.
     WeightLoader(const Checkpoint& ckpt, std::array<int, 2> fp8_block, WeightQuant quant = WeightQuant::kNone,
-                 bool keep_mxfp4 = false)
-        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant), keep_mxfp4_(keep_mxfp4) {}
+                 KeptFormats kept = {})
+        : ckpt_(ckpt), fp8_block_(fp8_block), quant_(quant), kept_(kept) {}
 
     bool has(const Names& names) const { return ckpt_.find(names).has_value(); }
     Tensor matrix(const Names& names, std::vector<int64_t> shape) const;
@@ -58,6 +59,8 @@ private:
     std::string resolve(const Names& names) const;
     Tensor checked(const std::string& name, const std::vector<int64_t>& shape) const;
     Tensor dequantize_fp8(const std::string& name, const Tensor& q) const;
+    // The block scales of FP8 tensor `name` (codes q) as fp32.
+    Tensor fp8_scales(const std::string& name, const Tensor& q) const;
     Tensor dequantize_fp4(const std::string& name, const std::vector<int64_t>& shape) const;
     // The packed codes [rows, cols / 2] and their scales as fp32 [rows, cols / 32].
     std::pair<Tensor, Tensor> packed_fp4(const std::string& name, const std::vector<int64_t>& shape) const;
@@ -65,7 +68,7 @@ private:
     const Checkpoint& ckpt_;
     std::array<int, 2> fp8_block_;
     WeightQuant quant_;
-    bool keep_mxfp4_;
+    KeptFormats kept_;
 };
 
 }  // namespace deepinfer::model

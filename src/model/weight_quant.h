@@ -16,8 +16,12 @@ enum class WeightQuant { kNone, kQ8 };
 WeightQuant parse_weight_quant(const std::string& name);
 // Fails with a clear message when the backend has no kernels for the format.
 void check_weight_quant(WeightQuant quant, const kernels::Backend& backend);
-// Whether MXFP4 checkpoint weights stay 4-bit in memory: the backend reads them, or q8 keeps them.
-bool keeps_mxfp4(WeightQuant quant, const kernels::Backend& backend);
+// Checkpoint formats the loader keeps as stored for linear layers instead of widening them.
+struct KeptFormats {
+    bool mxfp4 = false;  // 4-bit experts (core/quant_mxfp4.h): the backend reads them, or q8 keeps them
+    bool fp8 = false;    // e4m3 with block scales (core/quant_fp8.h): the backend reads them, and no q8
+};
+KeptFormats kept_formats(WeightQuant quant, const kernels::Backend& backend);
 
 // kExact: matrix products keep fp32 activations' precision (the parity tests on random
 // fixtures, which are chaotic); kFast: activations rounded to bf16 into bf16 dot products, fp32

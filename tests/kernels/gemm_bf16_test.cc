@@ -13,18 +13,14 @@
 #include "core/dtype.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "tests/kernels/gemm_test_util.h"
 #include "tests/test_util.h"
 
 namespace deepinfer::kernels {
 namespace {
 
 Tensor run_fast(Isa isa, ThreadPool& pool, const Tensor& x, const Tensor& w, bool accumulate, const Tensor& init) {
-    Tensor y = test::copy_of(init);
-    cpu::GemmArgs a{.x = x.data<float>(), .lda = x.dim(1), .w = w.raw(), .ldw = w.dim(1), .w_dtype = w.dtype(),
-                    .y = y.data<float>(), .ldy = y.dim(1), .m = x.dim(0), .n = w.dim(0), .k = w.dim(1),
-                    .accumulate = accumulate, .bf16_activations = true};
-    cpu::gemm(pool, isa, a);
-    return y;
+    return test::run_gemm(isa, pool, x, w, accumulate, true, init);
 }
 
 // y = x · wᵀ in double, with x rounded to bf16 first or not; `bound` gets Σ|x||w| per entry.

@@ -14,6 +14,7 @@
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_q8.h"
+#include "tests/kernels/gemm_test_util.h"
 #include "tests/test_util.h"
 
 namespace deepinfer::kernels {
@@ -173,23 +174,7 @@ TEST(Mxfp4, DecodedInRegistersGivesTheWidenedWeightsBits) {
         Tensor values, x = test::random_f32({m, k}, rng), init = test::random_f32({m, n}, rng);
         Tensor packed = random_mxfp4(n, k, rng, values, lowest), widened = Tensor::empty(DType::kBF16, {n, k});
         for (int64_t i = 0; i < values.numel(); ++i) widened.data<uint16_t>()[i] = f32_to_bf16(values.data<float>()[i]);
-        for (Isa isa : test::supported_isas()) {
-            if (isa == Isa::kAvx2) continue;  // decodes through the scalar path; its bf16 kernel sums in another order
-            for (bool accumulate : {false, true})
-            for (bool fast : {false, true}) {
-                SCOPED_TRACE(testing::Message() << isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " accumulate "
-                                                << accumulate << " fast " << fast);
-                Tensor a = test::copy_of(init), b = test::copy_of(init);
-                auto args = [&](const Tensor& w, Tensor& y) {
-                    return cpu::GemmArgs{.x = x.data<float>(), .lda = k, .w = w.raw(), .ldw = k, .w_dtype = w.dtype(),
-                                         .y = y.data<float>(), .ldy = n, .m = m, .n = n, .k = k, .accumulate = accumulate,
-                                         .bf16_activations = fast};
-                };
-                cpu::gemm(pool, isa, args(packed, a));
-                cpu::gemm(pool, isa, args(widened, b));
-                EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
-            }
-        }
+        test::expect_packed_gives_widened_bits(pool, x, packed, widened, init);
     }
 }
 

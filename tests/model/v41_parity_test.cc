@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "core/quant_fp8.h"
 #include "core/safetensors.h"
 #include "kernels/backend.h"
 #include "kernels/ref/ref_backend.h"
 #include "model/archs/deepseek_v41.h"
+#include "model/checkpoint.h"
+#include "model/weight_loader.h"
 #include "runtime/sequence_logits.h"
 #include "tests/model/parity_util.h"
 
@@ -63,6 +66,23 @@ TEST(V41ReleaseLayout, FixtureHasTheReleaseEncodings) {
     EXPECT_EQ(dtype_of("head.weight"), DType::kBF16);
     EXPECT_EQ(dtype_of("mtp.0.attn.wq_a.weight"), DType::kF8E4M3);
     EXPECT_FALSE(f.contains("model.embed.weight"));
+}
+
+// A backend that reads FP8 gets the release's linears as stored (8 bits and a scale exponent per
+// 32 inputs) standing for the values a widening backend gets; the parity above then runs on them.
+TEST(V41ReleaseLayout, Fp8LinearsAreKeptForABackendThatReadsThem) {
+    model::Checkpoint ckpt(test::data_path("v41/v41_release_fp8"));
+    model::WeightLoader kept(ckpt, {32, 32}, model::WeightQuant::kNone, {.fp8 = true}), widening(ckpt, {32, 32});
+    for (const char* name : {"layers.1.attn.wq_a.weight", "layers.1.attn.wq_b.weight", "layers.1.attn.wo_b.weight"}) {
+        std::vector<int64_t> shape = ckpt.entry(name).shape;
+        Tensor packed = kept.linear({name}, shape), wide = widening.linear({name}, shape);
+        ASSERT_EQ(packed.dtype(), DType::kFp8) << name;
+        ASSERT_EQ(wide.dtype(), DType::kBF16) << name;
+        EXPECT_LT(packed.nbytes() * 3, wide.nbytes() * 2) << name;
+        Tensor values = fp8::dequantize(packed);
+        for (int64_t i = 0; i < values.numel(); ++i)
+            ASSERT_EQ(f32_to_bf16(values.data<float>()[i]), wide.data<uint16_t>()[i]) << name << " value " << i;
+    }
 }
 
 }  // namespace

@@ -11,9 +11,6 @@
 namespace deepinfer::kernels::cpu {
 namespace {
 
-// Weights stored in blocks with a scale each (Q8, MXFP4).
-bool is_block_quantized(DType t) { return t == DType::kQ8 || t == DType::kMxfp4; }
-
 // Rows of x processed together so that a block of x stays in cache while w streams past it.
 int64_t x_block_rows(int64_t k) { return std::max<int64_t>(4, std::min<int64_t>(64, (256 * 1024) / (4 * k + 1) / 4 * 4)); }
 

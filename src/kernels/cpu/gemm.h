@@ -1,6 +1,6 @@
 #pragma once
 // Dense matrix products on the CPU: y[m, n] (+)= x[m, k] · w[n, k]ᵀ with fp32 activations (or
-// rounded to bf16: gemm_bf16.h), bf16, fp32 or Q8 weights (core/quant_q8.h; gemm_q8.h) and fp32
+// rounded to bf16: gemm_bf16.h), bf16, fp32, Q8 (core/quant_q8.h; gemm_q8.h), MXFP4 or FP8 weights and fp32
 // accumulation. Three variants (scalar, AVX2, AVX-512) share one contract; the caller picks by
 // Isa, so tests can run every variant the machine supports.
 #include <cstdint>
@@ -19,8 +19,9 @@ namespace deepinfer::kernels::cpu {
 struct GemmArgs {
     const float* x = nullptr;  // [m, k], row stride lda
     int64_t lda = 0;
-    // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16, kF32, or kQ8 / kMxfp4 whose rows
-    // are q8::row_bytes(k) / mxfp4::row_bytes(k) apart whatever ldw says; MXFP4 needs k % 32 == 0)
+    // [n, k] row-major, row stride ldw, dtype w_dtype (kBF16, kF32, or kQ8 / kMxfp4 / kFp8 whose
+    // rows are q8::row_bytes(k) / mxfp4::row_bytes(k) / fp8::row_bytes(k) apart whatever ldw says;
+    // MXFP4 and FP8 need k % 32 == 0)
     const void* w = nullptr;
     int64_t ldw = 0;
     DType w_dtype = DType::kBF16;

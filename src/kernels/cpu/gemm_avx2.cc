@@ -60,7 +60,8 @@ void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 void gemm_rows_avx2(const GemmArgs& args, int64_t n_begin, int64_t n_end) {
-    if (args.w_dtype == DType::kMxfp4) return gemm_rows_scalar(args, n_begin, n_end);  // AVX-512 decodes them
+    if (args.w_dtype == DType::kMxfp4 || args.w_dtype == DType::kFp8)
+        return gemm_rows_scalar(args, n_begin, n_end);  // AVX-512 decodes them
     if (args.w_dtype == DType::kBF16)
         rows<uint16_t>(args, n_begin, n_end);
     else

@@ -1,7 +1,8 @@
 // AVX-512 GEMM: register tiles of up to 4 activation rows x 4 weight rows, 16 lanes along k.
-// bf16 weights widen to fp32 in registers (a 16-bit shift) and MXFP4 ones decode there (a 16-entry
-// table of e2m1 values times the block's power-of-two scale), both exactly, so accumulation is
-// exact fp32 FMA and a MXFP4 product has the bits of the same product over the widened weights.
+// bf16 weights widen to fp32 in registers (a 16-bit shift), MXFP4 ones decode there (a 16-entry
+// table of e2m1 values times the block's power-of-two scale) and FP8 ones too (fp8_avx512.h), all
+// exactly, so accumulation is exact fp32 FMA and a MXFP4 or FP8 product has the bits of the same
+// product over the widened weights.
 // GCC 12's AVX-512 headers build results from _mm512_undefined_*(), which -Wall reports as
 // uninitialised (GCC bug 105593); the warnings are about the header, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -9,12 +10,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/fp8_avx512.h"
 #include "kernels/cpu/mxfp4_avx512.h"
 #include "kernels/cpu/tile_loop.h"
 
@@ -48,6 +49,7 @@ void store_tile(const GemmArgs& a, __m512 (&acc)[MR][NR], float* y) {
 
 // Weight rows of one dtype: 16 values of row j from column kk as fp32 lanes.
 struct Bf16Rows {
+    static constexpr bool kDecodes = false;
     const uint16_t* w;
     int64_t ld;
     Bf16Rows from(int64_t j) const { return {w + j * ld, ld}; }
@@ -63,6 +65,7 @@ struct Bf16Rows {
 };
 
 struct F32Rows {
+    static constexpr bool kDecodes = false;
     const float* w;
     int64_t ld;
     F32Rows from(int64_t j) const { return {w + j * ld, ld}; }
@@ -74,9 +77,28 @@ struct F32Rows {
 // core/quant_mxfp4.h: per pair of 32-blocks, 32 code bytes (the first block's inputs in the low
 // nibbles, the second's in the high ones); then each block's scale, halved. k is a multiple of 32.
 struct Mxfp4Rows {
+    static constexpr bool kDecodes = true;
     const uint8_t* w;
     int64_t stride, blocks;
     Mxfp4Rows from(int64_t j) const { return {w + j * stride, stride, blocks}; }
+    void decode(int64_t rows, int64_t k, float* out) const { avx512::mxfp4_decode_rows(w, stride, blocks, rows, k, out); }
+};
+
+// core/quant_fp8.h: k codes, then a scale exponent per 32 inputs; k is a multiple of 32.
+struct Fp8Rows {
+    static constexpr bool kDecodes = true;
+    const uint8_t* w;
+    int64_t stride, k;
+    Fp8Rows from(int64_t j) const { return {w + j * stride, stride, k}; }
+    void decode(int64_t rows, int64_t, float* out) const {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t kk = 0; kk < k; kk += 32) {
+                __m512 lo, hi;
+                avx512::fp8_values(w + r * stride, k, kk, lo, hi);
+                _mm512_storeu_ps(out + r * k + kk, lo);
+                _mm512_storeu_ps(out + r * k + kk + 16, hi);
+            }
+    }
 };
 
 template <int MR, int NR, typename Rows>
@@ -146,19 +168,40 @@ void tile(const GemmArgs& a, const float* x, const Mxfp4Rows& w, float* y) {
     store_tile<MR, NR>(a, acc, y);
 }
 
-// Activation rows beyond which a block of MXFP4 weight rows is decoded once into fp32 for all of
-// them (the same values, so the same bits) rather than in every register tile.
+// FP8 weight rows for few activation rows: 32 codes of a row decoded at a time (fp8_avx512.h),
+// summed in the order the other tiles sum k (same bits as widened).
+template <int MR, int NR>
+void tile(const GemmArgs& a, const float* x, const Fp8Rows& w, float* y) {
+    __m512 acc[MR][NR];
+    zero_tile<MR, NR>(acc);
+    for (int64_t kk = 0; kk < a.k; kk += 32) {
+        __m512 lo[NR], hi[NR];
+        for (int j = 0; j < NR; ++j) {
+            const uint8_t* row = w.w + j * w.stride;
+            _mm_prefetch(reinterpret_cast<const char*>(row + NR * w.stride + kk), _MM_HINT_T0);
+            avx512::fp8_values(row, w.k, kk, lo[j], hi[j]);
+        }
+        for (int i = 0; i < MR; ++i) {
+            __m512 x0 = _mm512_loadu_ps(x + i * a.lda + kk), x1 = _mm512_loadu_ps(x + i * a.lda + kk + 16);
+            for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(x1, hi[j], _mm512_fmadd_ps(x0, lo[j], acc[i][j]));
+        }
+    }
+    store_tile<MR, NR>(a, acc, y);
+}
+
+// Activation rows beyond which a block of MXFP4 or FP8 weight rows is decoded once into fp32 for
+// all of them (the same values, so the same bits) rather than in every register tile.
 constexpr int64_t kDecodeOnceRows = 4;
 
 template <typename Rows>
 void rows(const GemmArgs& a, const Rows& w, int64_t n_begin, int64_t n_end) {
-    if constexpr (std::is_same_v<Rows, Mxfp4Rows>) {
+    if constexpr (Rows::kDecodes) {
         if (a.m > kDecodeOnceRows) {
             thread_local std::vector<float> decoded;
             decoded.resize(static_cast<size_t>(4 * a.k));
             for (int64_t j = n_begin; j < n_end; j += 4) {
                 int64_t nr = std::min<int64_t>(4, n_end - j);
-                avx512::mxfp4_decode_rows(w.from(j).w, w.stride, w.blocks, nr, a.k, decoded.data());
+                w.from(j).decode(nr, a.k, decoded.data());
                 GemmArgs sub = a;
                 sub.y = a.y + j;
                 rows(sub, F32Rows{decoded.data(), a.k}, 0, nr);
@@ -180,6 +223,8 @@ void gemm_rows_avx512(const GemmArgs& args, int64_t n_begin, int64_t n_end) {
             return rows(args,
                         Mxfp4Rows{static_cast<const uint8_t*>(args.w), mxfp4::row_bytes(args.k), q8::padded_blocks(args.k)},
                         n_begin, n_end);
+        case DType::kFp8:
+            return rows(args, Fp8Rows{static_cast<const uint8_t*>(args.w), fp8::row_bytes(args.k), args.k}, n_begin, n_end);
         default: return rows(args, F32Rows{static_cast<const float*>(args.w), args.ldw}, n_begin, n_end);
     }
 }

@@ -1,5 +1,5 @@
 // AVX-512 BF16 GEMM: register tiles of up to 4 activation rows x 4 weight rows, 32 bf16 pairs
-// along k per vdpbf16ps. MXFP4 weights are decoded to bf16 exactly: in registers for few activation
+// along k per vdpbf16ps. MXFP4 and FP8 weights are decoded to bf16 exactly: in registers for few activation
 // rows, a block of rows at a time into memory for more. Each (row, weight row) accumulator sees k
 // in the same order whatever the tile shape, so a row's result does not depend on the batch around it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -13,6 +13,7 @@
 #include "core/quant_mxfp4.h"
 #include "core/quant_q8.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/fp8_avx512.h"
 #include "kernels/cpu/mxfp4_avx512.h"
 #include "kernels/cpu/tile_loop.h"
 
@@ -102,6 +103,25 @@ struct Mxfp4Weights {
     __m512bh load_masked(int64_t j, int64_t kk, __mmask32) const { return load(j, kk); }
 };
 
+// FP8 rows (core/quant_fp8.h) decoded in registers: the codes' bf16 bits, then the exponent of the
+// block's power-of-two scale added to the nonzero ones' (fp8::pack keeps only scales that leave
+// every value normal), so these are the bits of the weights widened at load.
+struct Fp8Weights {
+    const uint8_t* w;
+    int64_t stride, k;
+    Fp8Weights from(int64_t j) const { return {w + j * stride, stride, k}; }
+    const void* at(int64_t j, int64_t kk) const { return w + j * stride + kk; }
+    __m512bh load(int64_t j, int64_t kk) const {
+        const uint8_t* row = w + j * stride;
+        __m512i codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + kk)));
+        __m512i values = avx512::e4m3_to_bf16(codes);
+        __m512i delta = _mm512_set1_epi16(static_cast<int16_t>((avx512::fp8_scale_exponent(row, k, kk) - 127) * 128));
+        __mmask32 nonzero = _mm512_test_epi16_mask(codes, _mm512_set1_epi16(0x7F));
+        return as_bh(_mm512_mask_add_epi16(values, nonzero, values, delta));
+    }
+    __m512bh load_masked(int64_t j, int64_t kk, __mmask32) const { return load(j, kk); }
+};
+
 template <int MR, int NR, typename Weights>
 void tile(const GemmArgs& a, const Bf16Activations& xb, const Weights& w, float* y) {
     __m512 acc[MR][NR];
@@ -144,14 +164,14 @@ void rows(const GemmArgs& a, const Bf16Activations& xb, const Weights& w, int64_
     });
 }
 
-// Activation rows beyond which a block of 4 MXFP4 weight rows is decoded once into bf16 for all
-// of them (the same values, so the same bits) rather than in every register tile.
+// Activation rows beyond which a block of 4 MXFP4 or FP8 weight rows is decoded once into bf16
+// for all of them (the same values, so the same bits) rather than in every register tile.
 constexpr int64_t kDecodeOnceRows = 4;
 
-// Rows [j, j + nr) of MXFP4 weights for all activation rows: decoded in registers for few of
-// them, once into bf16 for more.
-template <bool kAnyScale>
-void mxfp4_row_block(const GemmArgs& a, const Bf16Activations& xb, const Mxfp4Weights<kAnyScale>& w, int64_t j, int64_t nr) {
+// Rows [j, j + nr) of weights decoded on the fly, for all activation rows: in registers for few
+// of them, once into bf16 for more.
+template <typename Weights>
+void decoded_row_block(const GemmArgs& a, const Bf16Activations& xb, const Weights& w, int64_t j, int64_t nr) {
     if (a.m <= kDecodeOnceRows) return rows(a, xb, w, j, j + nr);
     thread_local std::vector<uint16_t> decoded;
     decoded.resize(static_cast<size_t>(4 * a.k));
@@ -171,16 +191,22 @@ void mxfp4_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, i
     for (int64_t j = n_begin; j < n_end; j += 4) {
         int64_t nr = std::min<int64_t>(4, n_end - j);
         if (scales_keep_values_normal(w + j * stride, stride, blocks, nr, a.k / 32))
-            mxfp4_row_block(a, xb, Mxfp4Weights<false>{w, stride, blocks}, j, nr);
+            decoded_row_block(a, xb, Mxfp4Weights<false>{w, stride, blocks}, j, nr);
         else
-            mxfp4_row_block(a, xb, Mxfp4Weights<true>{w, stride, blocks}, j, nr);
+            decoded_row_block(a, xb, Mxfp4Weights<true>{w, stride, blocks}, j, nr);
     }
+}
+
+void fp8_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
+    Fp8Weights w{static_cast<const uint8_t*>(a.w), fp8::row_bytes(a.k), a.k};
+    for (int64_t j = n_begin; j < n_end; j += 4) decoded_row_block(a, xb, w, j, std::min<int64_t>(4, n_end - j));
 }
 
 }  // namespace
 
 void gemm_bf16_rows_avx512(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
     if (a.w_dtype == DType::kMxfp4) return mxfp4_rows(a, xb, n_begin, n_end);
+    if (a.w_dtype == DType::kFp8) return fp8_rows(a, xb, n_begin, n_end);
     rows(a, xb, Bf16Weights{static_cast<const uint16_t*>(a.w), a.ldw}, n_begin, n_end);
 }
 

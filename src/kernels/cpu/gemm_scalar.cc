@@ -1,6 +1,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant_fp8.h"
 #include "core/quant_mxfp4.h"
 #include "kernels/cpu/gemm.h"
 
@@ -29,11 +30,17 @@ void rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
     }
 }
 
-// MXFP4 rows decoded one at a time (core/quant_mxfp4.h).
-void mxfp4_rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
+// MXFP4 or FP8 rows decoded one at a time (core/quant_mxfp4.h, core/quant_fp8.h).
+void decoded_rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
+    bool is_fp8 = a.w_dtype == DType::kFp8;
+    int64_t stride = is_fp8 ? fp8::row_bytes(a.k) : mxfp4::row_bytes(a.k);
     std::vector<float> w(static_cast<size_t>(a.k));
     for (int64_t j = n_begin; j < n_end; ++j) {
-        mxfp4::decode_row(static_cast<const uint8_t*>(a.w) + j * mxfp4::row_bytes(a.k), a.k, w.data());
+        const uint8_t* row = static_cast<const uint8_t*>(a.w) + j * stride;
+        if (is_fp8)
+            fp8::decode_row(row, a.k, w.data());
+        else
+            mxfp4::decode_row(row, a.k, w.data());
         for (int64_t i = 0; i < a.m; ++i) {
             const float* x = a.x + i * a.lda;
             float acc = 0.0f;
@@ -47,7 +54,7 @@ void mxfp4_rows(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 void gemm_rows_scalar(const GemmArgs& args, int64_t n_begin, int64_t n_end) {
-    if (args.w_dtype == DType::kMxfp4) return mxfp4_rows(args, n_begin, n_end);
+    if (args.w_dtype == DType::kMxfp4 || args.w_dtype == DType::kFp8) return decoded_rows(args, n_begin, n_end);
     if (args.w_dtype == DType::kBF16)
         rows<uint16_t>(args, n_begin, n_end);
     else
