@@ -363,7 +363,7 @@ int run(int argc, char** argv) {
     for (int p : prompts) {
         double best = 1e30;
         for (int rep = 0; rep < (profile ? 3 : 2); ++rep) {
-            Session s{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
+            Session s{m, model::HybridCache(m.cache_layout(), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
             bool profiled = profile && rep == 1;  // the second prompt, timed per op (and not counted)
             backend->set_profiling(profiled);
@@ -379,7 +379,7 @@ int run(int argc, char** argv) {
     // variant sets decode at equal lengths.
     auto prefilled = [&](const std::vector<std::vector<int32_t>>& prompt) {
         auto s = std::make_unique<Session>(
-            Session{m, model::HybridCache(model::v4_cache_layout(cfg), *backend, m.plan_cache_for_tokens(max_batch, max_len)), {}, {}});
+            Session{m, model::HybridCache(m.cache_layout(), *backend, m.plan_cache_for_tokens(max_batch, max_len)), {}, {}});
         for (size_t i = 0; i < prompt.size(); ++i) {
             s->states.push_back(s->cache.add_sequence());
             s->lengths.push_back(0);

@@ -279,7 +279,9 @@ def table(path: Path) -> int:
             engines.append(engine)
         data.setdefault((engine, metric), []).append(float(value))
     names = {"deepinfer": "DeepInfer (bf16)", "deepinfer_fast": "DeepInfer (bf16, fast precision)",
-             "deepinfer_q8": "DeepInfer (q8 weights)", "llama_bf16": "llama.cpp bf16", "llama_q8_0": "llama.cpp Q8_0",
+             "deepinfer_q8": "DeepInfer (q8 weights)", "deepinfer_fp8": "DeepInfer (FP8 linears)",
+             "deepinfer_fp8_fast": "DeepInfer (FP8 linears, fast precision)", "llama_bf16": "llama.cpp bf16",
+             "llama_q8_0": "llama.cpp Q8_0",
              "llama_native": "llama.cpp bf16 + MXFP4 experts"}
     print(f"median of {len(rounds)} alternating rounds (min / **median** / max)\n")
     print("| | " + " | ".join(names.get(e, e) for e in engines) + " |")

@@ -37,7 +37,10 @@
 #                     native the converter's own output: bf16 matrices, MXFP4 routed experts
 #   DEEPINFER_VARIANTS  DeepInfer runs, in order (default "none fast q8"): none = as loaded (bf16
 #                     weights, fp32 activations), fast = bf16 weights with --precision fast (bf16
-#                     activations), q8 = --quantize q8 (8-bit blocks, the counterpart of Q8_0)
+#                     activations and KV cache), q8 = --quantize q8 (8-bit blocks, the counterpart
+#                     of Q8_0), fp8 / fp8_fast = the checkpoint with its attention projections and
+#                     shared experts in the release's FP8 (v4_to_release_layout.py --fp8-linears:
+#                     e4m3, 128x128 power-of-two scales), read as stored, exact / fast
 #   JOBS            parallel jobs for the llama.cpp build (default 2; it runs under nice -n 19)
 #   PYTHON          python with the packages above (default: the first python3 that has them)
 set -euo pipefail
@@ -140,6 +143,14 @@ if [[ ! -f "$RELEASE/config.json" ]]; then
         { tail -20 "$LOGS/release_layout.log" >&2; die "release layout failed"; }
     rm -rf "$RELEASE" && mv "$RELEASE.tmp" "$RELEASE"
 fi
+RELEASE_FP8=$PEER_WORK/v4-$PRESET-release-fp8
+if [[ " $DEEPINFER_VARIANTS " == *" fp8"* && ! -f "$RELEASE_FP8/config.json" ]]; then
+    log "rewriting it into the release layout with FP8 linears: $RELEASE_FP8"
+    "$PYTHON" "$REPO/scripts/v4_to_release_layout.py" "$CKPT" "$RELEASE_FP8.tmp" --fp8-linears \
+        --tokenizer "$REPO/models/deepseek-v4-tokenizer" >"$LOGS/release_layout_fp8.log" 2>&1 ||
+        { tail -20 "$LOGS/release_layout_fp8.log" >&2; die "release layout (FP8) failed"; }
+    rm -rf "$RELEASE_FP8" && mv "$RELEASE_FP8.tmp" "$RELEASE_FP8"
+fi
 NATIVE=$PEER_WORK/v4-$PRESET-native.gguf
 if [[ ! -f "$NATIVE" ]]; then
     log "converting with llama.cpp's convert_hf_to_gguf.py --outtype bf16 (log: $LOGS/convert.log)"
@@ -184,13 +195,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
     echo "# round $r load $load" >>"$RESULTS"
     for q in $DEEPINFER_VARIANTS; do
         name=deepinfer$([[ $q == none ]] || echo "_$q")
+        model=$RELEASE
         case $q in
             fast) DEEPINFER_ARGS=(--precision fast) ;;
             none | q8) DEEPINFER_ARGS=(--quantize "$q") ;;
-            *) die "unknown DeepInfer variant '$q' (none, fast, q8)" ;;
+            fp8) DEEPINFER_ARGS=() model=$RELEASE_FP8 ;;
+            fp8_fast) DEEPINFER_ARGS=(--precision fast) model=$RELEASE_FP8 ;;
+            *) die "unknown DeepInfer variant '$q' (none, fast, q8, fp8, fp8_fast)" ;;
         esac
         out=$LOGS/round$r-$name.txt
-        "$DEEPINFER_BIN/bench_forward" --model "$RELEASE" --prompt 128,512 --batch 1,4 --context "$CONTEXT" \
+        "$DEEPINFER_BIN/bench_forward" --model "$model" --prompt 128,512 --batch 1,4 --context "$CONTEXT" \
             --decode-steps "$DECODE_STEPS" --threads "$THREADS" "${DEEPINFER_ARGS[@]}" >"$out" 2>&1 ||
             { tail "$out" >&2; die "bench_forward failed"; }
         "$PYTHON" "$REPO/bench/llama_cpp_peer.py" collect "$name" "$r" "$out" >>"$RESULTS"

@@ -14,10 +14,14 @@ convert_hf_to_gguf.py, read the release layout instead:
   * config.json with the release's keys: "compress_ratios" (0 / 4 / 128 per layer) in place of
     "layer_types", and the fields the release spells out (n_shared_experts, hc_mult, ...).
 
-The other matrices stay bf16 (the release stores most of them as FP8 with 128x128 block scales;
-llama.cpp's converter turns dequantized FP8 into Q8_0, which would make its "bf16" file partly
-8-bit, and DeepInfer would widen them to bf16 anyway). Every value of the result is exact in
-bf16, and DeepInfer loads this directory as well, so both engines run the same numbers.
+The other matrices stay bf16 (llama.cpp's converter turns dequantized FP8 into Q8_0, which would
+make its "bf16" file partly 8-bit). Every value of the result is exact in bf16, and DeepInfer
+loads this directory as well, so both engines run the same numbers.
+
+With --fp8-linears the attention projections and shared experts are written as the release
+stores them instead: F8_E4M3 codes with one power-of-two (F8_E8M0) scale per 128 x 128 block
+("...weight" and "...scale", quantization_config.weight_block_size = [128, 128]), for measuring
+DeepInfer on FP8 weights read as stored.
 
 Only numpy is needed (Debian: python3-numpy).
 
@@ -57,7 +61,8 @@ RELEASE_DEFAULTS = {
 }
 
 ST_DTYPES = {"BF16": (np.uint16, 2), "F32": (np.float32, 4), "F16": (np.float16, 2), "I64": (np.int64, 8),
-             "I32": (np.int32, 4), "I8": (np.int8, 1), "U8": (np.uint8, 1), "F8_E8M0": (np.uint8, 1)}
+             "I32": (np.int32, 4), "I8": (np.int8, 1), "U8": (np.uint8, 1), "F8_E8M0": (np.uint8, 1),
+             "F8_E4M3": (np.uint8, 1)}
 
 
 def read_safetensors(path: Path) -> dict[str, tuple[str, list[int], np.ndarray]]:
@@ -106,6 +111,36 @@ def quantize_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return packed, (exp + 127).astype(np.uint8)
 
 
+def e4m3_values() -> np.ndarray:
+    """The value of every e4m3 code 0..126 (OCP "fn": no infinities, 0x7f is NaN), ascending."""
+    codes = np.arange(127)
+    exp, mant = codes >> 3, (codes & 7).astype(np.float64)
+    return np.where(exp == 0, mant / 8 * 2.0**-6, (1 + mant / 8) * 2.0 ** (exp - 7.0))
+
+
+E4M3 = e4m3_values()
+E4M3_MIDPOINTS = (E4M3[1:] + E4M3[:-1]) / 2
+
+
+def quantize_fp8(w: np.ndarray, block: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """[rows, cols] float32 -> (uint8 [rows, cols] e4m3 codes, uint8 E8M0 [ceil(rows/block), ceil(cols/block)]).
+
+    Each block's scale is the smallest power of two that brings its largest magnitude within
+    e4m3's 448; values round to the nearest code (ties to the lower one)."""
+    rows, cols = w.shape
+    br, bc = -(-rows // block), -(-cols // block)
+    padded = np.zeros((br * block, bc * block), dtype=np.float32)
+    padded[:rows, :cols] = w
+    blocks = padded.reshape(br, block, bc, block)
+    amax = np.abs(blocks).max(axis=(1, 3))
+    exp = np.where(amax > 0, np.ceil(np.log2(np.maximum(amax, np.finfo(np.float32).tiny) / 448.0)), -127)
+    exp = np.clip(exp, -127, 127).astype(np.int32)
+    scaled = blocks / np.ldexp(np.float32(1), exp)[:, None, :, None]
+    code = np.searchsorted(E4M3_MIDPOINTS, np.abs(scaled)).astype(np.uint8)
+    code |= (scaled < 0).astype(np.uint8) << 7
+    return code.reshape(br * block, bc * block)[:rows, :cols], (exp + 127).astype(np.uint8)
+
+
 def release_name(name: str) -> str:
     """make_random_v4 (HF-saved) name -> release name."""
     fixed = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
@@ -142,6 +177,8 @@ def main() -> int:
     ap.add_argument("src", type=Path, help="make_random_v4 output directory")
     ap.add_argument("dst", type=Path, help="directory to write (created)")
     ap.add_argument("--tokenizer", type=Path, help="directory with tokenizer.json / tokenizer_config.json to copy")
+    ap.add_argument("--fp8-linears", action="store_true",
+                    help="attention projections and shared experts as FP8 e4m3 with 128x128 E8M0 block scales")
     args = ap.parse_args()
 
     cfg = json.loads((args.src / "config.json").read_text())
@@ -154,6 +191,7 @@ def main() -> int:
 
     # Plan every output tensor (name, dtype, shape, producer) first: the header goes before the data.
     expert = re.compile(r"layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
+    fp8 = re.compile(r"layers\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b)|ffn\.shared_experts\.w[123])\.weight")
     plan = []
     for name, (dtype, shape, arr) in tensors.items():
         new = release_name(name)
@@ -169,6 +207,19 @@ def main() -> int:
 
             plan.append((new, "I8", [rows, cols // 2], lambda q=quant: q()[0]))
             plan.append((new[: -len(".weight")] + ".scale", "F8_E8M0", [rows, cols // 32], lambda q=quant: q()[1]))
+        elif args.fp8_linears and fp8.fullmatch(new):
+            rows, cols = shape
+            cache8: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+            def quant8(a=arr, dt=dtype, c=cache8):
+                if "q" not in c:
+                    w = bf16_to_f32(np.asarray(a)) if dt == "BF16" else np.asarray(a, dtype=np.float32)
+                    c["q"] = quantize_fp8(w.reshape(a.shape))
+                return c["q"]
+
+            plan.append((new, "F8_E4M3", [rows, cols], lambda q=quant8: q()[0]))
+            plan.append((new[: -len(".weight")] + ".scale", "F8_E8M0", [-(-rows // 128), -(-cols // 128)],
+                         lambda q=quant8: q()[1]))
         else:
             plan.append((new, dtype, shape, lambda a=arr: np.asarray(a)))
     plan.sort(key=lambda p: p[0])
@@ -194,7 +245,11 @@ def main() -> int:
             f.write(data.tobytes())
             if i % 200 == 0:
                 print(f"  {i}/{len(plan)} tensors", file=sys.stderr, flush=True)
-    (args.dst / "config.json").write_text(json.dumps(release_config(cfg), indent=1) + "\n")
+    out_cfg = release_config(cfg)
+    if args.fp8_linears:
+        out_cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                          "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}
+    (args.dst / "config.json").write_text(json.dumps(out_cfg, indent=1) + "\n")
     if args.tokenizer:
         for name in ("tokenizer.json", "tokenizer_config.json"):
             if (args.tokenizer / name).is_file():

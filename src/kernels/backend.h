@@ -216,6 +216,11 @@ public:
     virtual bool reads_mxfp4() const { return false; }
     // The same for FP8 block-scaled weights (DType::kFp8, core/quant_fp8.h) in matmul.
     virtual bool reads_fp8() const { return false; }
+    // Whether the cache ops (ring_write, attention, store_entries, indexer_topk) take bf16 rings
+    // and entry pools: values rounded to bf16 (nearest even) where they are stored, and the step's
+    // own keys rounded the same way where attention reads them, so that every schedule reads the
+    // same keys.
+    virtual bool reads_bf16_cache() const { return false; }
     // WeightQuant::kQ8: products with MXFP4 weights quantize their activations to 8-bit blocks (as
     // Q8 weights always do) instead of decoding the weights for fp32 or bf16 activations.
     virtual void set_int8_activations(bool) {}

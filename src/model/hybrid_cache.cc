@@ -10,20 +10,16 @@ namespace {
 
 int slots_for(const CacheLayout& c, int slack) { return std::max(1, c.window - 1 + slack); }
 
-// Floats of one sequence's fixed state: rings and compressor carries.
-int64_t fixed_floats_per_sequence(const CacheLayout& c, int ring_slack) {
-    int64_t b = 0;
-    for (const auto& l : c.layers)
-        b += slots_for(c, ring_slack) * c.head_dim + l.carry[0] * l.carry[1] + l.index_carry[0] * l.index_carry[1];
-    return b;
-}
+int64_t kv_bytes(const CacheLayout& c) { return static_cast<int64_t>(dtype_size(c.kv_dtype)); }
 
-// Floats of one block of each group, over all layers.
-int64_t floats_per_block(const CacheLayout& c, int group, int block_size) {
-    int64_t per_entry = 0;
-    for (const auto& l : c.layers)
-        if (l.group == group) per_entry += l.entry_dim + l.index_dim;
-    return per_entry * block_size;
+// Bytes of one sequence's fixed state: rings and compressor carries (fp32).
+int64_t fixed_bytes_per_sequence(const CacheLayout& c, int ring_slack) {
+    int64_t ring = 0, carry = 0;
+    for (const auto& l : c.layers) {
+        ring += slots_for(c, ring_slack) * c.head_dim;
+        carry += l.carry[0] * l.carry[1] + l.index_carry[0] * l.index_carry[1];
+    }
+    return ring * kv_bytes(c) + carry * int64_t{sizeof(float)};
 }
 
 }  // namespace
@@ -43,11 +39,17 @@ int64_t prefix_span(const CacheLayout& c, int block_size) {
     return align;
 }
 
+int64_t block_bytes(const CacheLayout& c, int group, int block_size) {
+    int64_t per_entry = 0;
+    for (const auto& l : c.layers)
+        if (l.group == group) per_entry += l.entry_dim + l.index_dim;
+    return per_entry * block_size * kv_bytes(c);
+}
+
 int64_t cache_bytes(const CacheLayout& c, const CacheSizing& s) {
-    int64_t floats = fixed_floats_per_sequence(c, s.ring_slack) * s.max_seqs;
-    for (int g = 0; g < kBlockGroups; ++g) floats += floats_per_block(c, g, s.block_size) * s.blocks[g];
-    floats += carry_snapshot_slots(c, s) * carry_snapshot_floats(c);
-    return floats * static_cast<int64_t>(sizeof(float));
+    int64_t bytes = fixed_bytes_per_sequence(c, s.ring_slack) * s.max_seqs;
+    for (int g = 0; g < kBlockGroups; ++g) bytes += block_bytes(c, g, s.block_size) * s.blocks[g];
+    return bytes + carry_snapshot_slots(c, s) * carry_snapshot_floats(c) * int64_t{sizeof(float)};
 }
 
 int64_t carry_snapshot_slots(const CacheLayout& c, const CacheSizing& s) {
@@ -98,7 +100,7 @@ HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const Ca
     };
     for (const auto& l : layout_.layers) {
         LayerState st;
-        st.ring = backend.empty(DType::kF32, {n, ring_slots_, layout_.head_dim});  // read only where written
+        st.ring = backend.empty(layout_.kv_dtype, {n, ring_slots_, layout_.head_dim});  // read only where written
         st.carry = carry(l.carry);
         st.index_carry = carry(l.index_carry);
         int64_t slots = carry_snapshot_slots(layout_, sizing);
@@ -108,8 +110,9 @@ HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const Ca
             st.index_carry_snapshots = backend.empty(DType::kF32, {slots, l.boundary_index_carry_rows, l.index_carry[1]});
         if (l.group >= 0) {
             DI_CHECK(used(l.group), "cache layout: a layer uses block group {}, which has no rate", l.group);
-            if (l.entry_dim > 0) st.entries = backend.empty(DType::kF32, {sizing.blocks[l.group], bs, l.entry_dim});
-            if (l.index_dim > 0) st.index_entries = backend.empty(DType::kF32, {sizing.blocks[l.group], bs, l.index_dim});
+            if (l.entry_dim > 0) st.entries = backend.empty(layout_.kv_dtype, {sizing.blocks[l.group], bs, l.entry_dim});
+            if (l.index_dim > 0)
+                st.index_entries = backend.empty(layout_.kv_dtype, {sizing.blocks[l.group], bs, l.index_dim});
         }
         layers_.push_back(std::move(st));
     }
@@ -211,9 +214,7 @@ std::vector<std::pair<std::string, int64_t>> HybridCache::bytes_by_kind() const 
     if (snapshots > 0) kinds.emplace_back("prefix_carry_snapshots", snapshots);
     for (int g = 0; g < kBlockGroups; ++g)
         if (used(g))
-            kinds.emplace_back(layout_.group_names[g] + "_entries",
-                               floats_per_block(layout_, g, sizing_.block_size) * sizing_.blocks[g] *
-                                   static_cast<int64_t>(sizeof(float)));
+            kinds.emplace_back(layout_.group_names[g] + "_entries", block_bytes(layout_, g, sizing_.block_size) * sizing_.blocks[g]);
     return kinds;
 }
 

@@ -38,6 +38,9 @@ struct CacheLayout {
     };
     int window = 0;            // sliding window of every layer
     int64_t head_dim = 0;      // ring row width
+    // Element type of the rings and entry pools: kF32, or kBF16 where the backend reads it
+    // (kv_cache_dtype()); carries keep fp32.
+    DType kv_dtype = DType::kF32;
     std::array<int, kBlockGroups> rates{};  // tokens per entry of each group (0 = group unused)
     std::array<std::string, kBlockGroups> group_names{"group0", "group1"};
     std::vector<Layer> layers;
@@ -49,6 +52,8 @@ CacheSizing cache_for_tokens(const CacheLayout& layout, int max_seqs, int64_t ma
 // `max_seqs` sequences hold the same number of tokens (sizing.tokens_per_seq).
 CacheSizing cache_for_memory(const CacheLayout& layout, int max_seqs, int64_t memory_bytes, int block_size);
 int64_t cache_bytes(const CacheLayout& layout, const CacheSizing& s);
+// Bytes of one block of a group's entry pools, over all its layers.
+int64_t block_bytes(const CacheLayout& layout, int group, int block_size);
 // Token spans whose ends leave every group's entries on a block boundary (0 = none).
 int64_t prefix_span(const CacheLayout& layout, int block_size);
 // Floats of the carries a sequence needs at a span boundary (all layers).

@@ -15,8 +15,7 @@ PrefixGeometry HybridCache::plan_prefix_geometry() const {
     for (int g = 0; g < kBlockGroups; ++g) {
         if (!used(g)) continue;
         p.blocks_per_span[g] = p.span_tokens / layout_.rates[g] / sizing_.block_size;
-        for (const auto& l : layout_.layers)
-            if (l.group == g) p.block_bytes[g] += (l.entry_dim + l.index_dim) * sizing_.block_size * int64_t{sizeof(float)};
+        p.block_bytes[g] = block_bytes(layout_, g, sizing_.block_size);
     }
     p.carry_bytes = carry_snapshot_floats(layout_) * int64_t{sizeof(float)};
     p.carry_slack = INT64_C(1) << 40;

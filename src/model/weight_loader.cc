@@ -133,6 +133,10 @@ Precision parse_precision(const std::string& name) {
     fail("unknown precision '{}' (auto, exact, fast)", name);
 }
 
+DType kv_cache_dtype(Precision p, const kernels::Backend& backend) {
+    return p == Precision::kFast && backend.reads_bf16_cache() ? DType::kBF16 : DType::kF32;
+}
+
 kernels::MatmulPrecision matmul_precision(Precision p, kernels::MatmulPrecision automatic) {
     switch (p) {
         case Precision::kExact: return kernels::MatmulPrecision::kFp32;

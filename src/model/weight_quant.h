@@ -34,6 +34,10 @@ Precision parse_precision(const std::string& name);
 // The backend setting for `p`; `automatic` is the architecture's own choice.
 kernels::MatmulPrecision matmul_precision(Precision p, kernels::MatmulPrecision automatic);
 
+// The element type of the KV cache's rings and entry pools: bf16 in the fast precision where the
+// backend reads it (half the memory and bandwidth), else fp32.
+DType kv_cache_dtype(Precision p, const kernels::Backend& backend);
+
 struct LoadOptions {
     WeightQuant quant = WeightQuant::kNone;
     Precision precision = Precision::kAuto;

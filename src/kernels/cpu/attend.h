@@ -8,9 +8,11 @@
 
 namespace deepinfer::kernels::cpu {
 
-// q [nh, d] (row stride d), keys[n] rows of d floats, scores [nh, n].
+// q [nh, d] (row stride d), keys[n] rows of d floats (or bf16 values, widened exactly), scores [nh, n].
 void attend_scores_avx512(const float* q, int64_t nh, int64_t d, const float* const* keys, int64_t n, float* scores);
-// p [nh, n], keys[n] rows of d floats, out [nh, d] (row stride d).
+void attend_scores_avx512(const float* q, int64_t nh, int64_t d, const uint16_t* const* keys, int64_t n, float* scores);
+// p [nh, n], keys[n] rows of d floats (or bf16 values), out [nh, d] (row stride d).
 void attend_values_avx512(const float* p, int64_t nh, int64_t n, const float* const* keys, int64_t d, float* out);
+void attend_values_avx512(const float* p, int64_t nh, int64_t n, const uint16_t* const* keys, int64_t d, float* out);
 
 }  // namespace deepinfer::kernels::cpu

@@ -23,6 +23,7 @@ public:
     // The AVX-512 kernels decode MXFP4 in registers; other ISAs (and the scalar references) get them widened.
     bool reads_mxfp4() const override { return isa_ == Isa::kAvx512; }
     bool reads_fp8() const override { return isa_ == Isa::kAvx512; }
+    bool reads_bf16_cache() const override { return true; }
     void set_int8_activations(bool on) override { int8_activations_ = on; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;

@@ -12,17 +12,19 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/cache_rows.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/math.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
 
-float* entry_row(const EntryStore& st, int seq_idx, int64_t e) {
+// Element offset of entry e of sequence seq_idx in the store's pool.
+int64_t entry_at(const EntryStore& st, int seq_idx, int64_t e) {
     int64_t block = st.pool.dim(1), dim = st.pool.dim(2);
     DI_CHECK(e / block < static_cast<int64_t>(st.tables[seq_idx].size()),
              "entry store: no block allocated for entry {}", e);
-    return st.pool.data<float>() + (static_cast<int64_t>(st.tables[seq_idx][e / block]) * block + e % block) * dim;
+    return (static_cast<int64_t>(st.tables[seq_idx][e / block]) * block + e % block) * dim;
 }
 
 // Pools window `w` of one sequence into `out` [dim] (before norm and rope).
@@ -90,9 +92,11 @@ void CpuBackend::compressor_update(std::span<const SeqSlice> seqs, const Compres
             std::memcpy(slot + c * a.dim, a.gate.data<float>() + row * c * a.dim, c * a.dim * sizeof(float));
             if ((pos + 1) % a.rate != 0) continue;
             int64_t w = pos / a.rate;
-            float* entry = entry_row(*a.out, static_cast<int>(si), w);
-            pool_window(a, carry, w, entry);
-            finish_entry(a, w, entry);
+            thread_local std::vector<float> entry;
+            entry.resize(a.dim);
+            pool_window(a, carry, w, entry.data());
+            finish_entry(a, w, entry.data());
+            store_row(entry.data(), a.dim, a.out->pool, entry_at(*a.out, static_cast<int>(si), w));
         }
     });
 }
@@ -156,8 +160,7 @@ void CpuBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs&
         thread_local std::vector<float> keys, dots, score;
         thread_local std::vector<int32_t> ids;
         keys.resize(visible * dim);
-        for (int64_t e = 0; e < visible; ++e)
-            std::memcpy(keys.data() + e * dim, entry_row(*a.keys, it.seq, e), dim * sizeof(float));
+        for (int64_t e = 0; e < visible; ++e) load_row(a.keys->pool, entry_at(*a.keys, it.seq, e), dim, keys.data() + e * dim);
         dots.resize(heads * visible);
         GemmArgs g{.x = a.q.data<float>() + row * heads * dim, .lda = dim, .w = keys.data(), .ldw = dim,
                    .w_dtype = DType::kF32, .y = dots.data(), .ldy = visible, .m = heads, .n = visible, .k = dim};
@@ -213,7 +216,7 @@ void CpuBackend::store_entries(std::span<const EntrySlot> slots, const Tensor& r
              "store_entries: {} rows of {} for {} slots of width {}", rows.dim(0), rows.dim(1), slots.size(), dim);
     for (size_t i = 0; i < slots.size(); ++i)
         if (slots[i].entry >= 0)
-            std::memcpy(entry_row(store, slots[i].seq, slots[i].entry), rows.data<float>() + i * dim, dim * sizeof(float));
+            store_row(rows.data<float>() + i * dim, dim, store.pool, entry_at(store, slots[i].seq, slots[i].entry));
 }
 
 }  // namespace deepinfer::kernels::cpu

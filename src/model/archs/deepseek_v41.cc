@@ -57,6 +57,7 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt
     rope_main_ = make_rope(cfg_.base.rope_main, cfg_.base.rope_dim, backend_);
     rope_compress_ = make_rope(cfg_.base.rope_compress, cfg_.base.rope_dim, backend_);
     cache_layout_ = v41_cache_layout(cfg_);
+    cache_layout_.kv_dtype = kv_cache_dtype(options.precision, backend_);
     if (!cfg_.engram.layer_ids.empty()) load_engram(ckpt, loader);
 }
 
