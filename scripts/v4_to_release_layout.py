@@ -141,6 +141,20 @@ def quantize_fp8(w: np.ndarray, block: int = 128) -> tuple[np.ndarray, np.ndarra
     return code.reshape(br * block, bc * block)[:rows, :cols], (exp + 127).astype(np.uint8)
 
 
+def lazy_quantized(arr: np.ndarray, dtype: str, quantize):
+    """A function returning quantize(arr as float32), computed on first call (codes and scales
+    are written at different times, after the header)."""
+    cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def get():
+        if "q" not in cache:
+            w = bf16_to_f32(np.asarray(arr)) if dtype == "BF16" else np.asarray(arr, dtype=np.float32)
+            cache["q"] = quantize(w.reshape(arr.shape))
+        return cache["q"]
+
+    return get
+
+
 def release_name(name: str) -> str:
     """make_random_v4 (HF-saved) name -> release name."""
     fixed = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
@@ -197,29 +211,15 @@ def main() -> int:
         new = release_name(name)
         if expert.fullmatch(new):
             rows, cols = shape
-            cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-            def quant(a=arr, dt=dtype, c=cache):
-                if "q" not in c:
-                    w = bf16_to_f32(np.asarray(a)) if dt == "BF16" else np.asarray(a, dtype=np.float32)
-                    c["q"] = quantize_mxfp4(w.reshape(a.shape))
-                return c["q"]
-
+            quant = lazy_quantized(arr, dtype, quantize_mxfp4)
             plan.append((new, "I8", [rows, cols // 2], lambda q=quant: q()[0]))
             plan.append((new[: -len(".weight")] + ".scale", "F8_E8M0", [rows, cols // 32], lambda q=quant: q()[1]))
         elif args.fp8_linears and fp8.fullmatch(new):
             rows, cols = shape
-            cache8: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-            def quant8(a=arr, dt=dtype, c=cache8):
-                if "q" not in c:
-                    w = bf16_to_f32(np.asarray(a)) if dt == "BF16" else np.asarray(a, dtype=np.float32)
-                    c["q"] = quantize_fp8(w.reshape(a.shape))
-                return c["q"]
-
-            plan.append((new, "F8_E4M3", [rows, cols], lambda q=quant8: q()[0]))
+            quant = lazy_quantized(arr, dtype, quantize_fp8)
+            plan.append((new, "F8_E4M3", [rows, cols], lambda q=quant: q()[0]))
             plan.append((new[: -len(".weight")] + ".scale", "F8_E8M0", [-(-rows // 128), -(-cols // 128)],
-                         lambda q=quant8: q()[1]))
+                         lambda q=quant: q()[1]))
         else:
             plan.append((new, dtype, shape, lambda a=arr: np.asarray(a)))
     plan.sort(key=lambda p: p[0])
