@@ -1,5 +1,7 @@
 #include "core/quant_mxfp4.h"
 
+#include <cmath>
+
 #include "base/error.h"
 #include "core/quant_q8.h"
 
@@ -7,7 +9,18 @@ namespace deepinfer::mxfp4 {
 
 int64_t row_bytes(int64_t k) { return q8::padded_blocks(k) * (16 + 4); }
 
+bool packable(const Tensor& scales) {
+    if (scales.dtype() != DType::kF32) return false;
+    for (int64_t i = 0; i < scales.numel(); ++i) {
+        float s = scales.data<float>()[i];
+        int e = 0;
+        if (!(s > 0) || std::frexp(s, &e) != 0.5f || e - 1 < -125 || e - 1 > 125) return false;
+    }
+    return true;
+}
+
 Tensor pack(const Tensor& codes, const Tensor& scales, int64_t k) {
+    DI_CHECK(packable(scales), "mxfp4::pack: scales that are not powers of two within 2^-125 .. 2^125");
     int64_t n = codes.dim(0), blocks = q8::padded_blocks(k);
     DI_CHECK(k % 32 == 0 && codes.ndim() == 2 && codes.dim(1) == k / 2 && scales.dtype() == DType::kF32 &&
                  scales.numel() == n * (k / 32),

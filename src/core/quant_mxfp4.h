@@ -18,8 +18,12 @@ inline constexpr float kE2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.
 
 int64_t row_bytes(int64_t k);
 
+// Whether pack() keeps weights with these scales (fp32): positive powers of two 2^e with
+// -125 <= e <= 125, so that every nonzero value is a normal number and decodes exactly in fp32
+// and in bf16 (the kernels rely on it; other weights are widened at load).
+bool packable(const Tensor& scales);
 // From the checkpoint's packed codes [n, k/2] (U8/I8: even input in the low nibble) and their
-// scales as fp32 [n, k/32] (powers of two).
+// scales as fp32 [n, k/32] (packable).
 Tensor pack(const Tensor& codes, const Tensor& scales, int64_t k);
 // The values an MXFP4 tensor stands for, as fp32 [n, k].
 Tensor dequantize(const Tensor& w);

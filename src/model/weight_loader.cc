@@ -92,7 +92,7 @@ Tensor WeightLoader::linear(const Names& names, std::vector<int64_t> shape) cons
     const SafetensorsEntry& e = ckpt_.entry(name);
     if (kept_.mxfp4 && (e.dtype == DType::kI8 || e.dtype == DType::kU8) && shape.size() == 2) {  // 4 bits as stored
         auto [codes, scale] = packed_fp4(name, shape);
-        return mxfp4::pack(codes, scale, shape[1]);
+        if (mxfp4::packable(scale)) return mxfp4::pack(codes, scale, shape[1]);
     }
     if (kept_.fp8 && e.dtype == DType::kF8E4M3 && shape.size() == 2) {  // 8 bits as stored where exact
         Tensor q = checked(name, shape), scale = fp8_scales(name, q);

@@ -111,6 +111,23 @@ TEST(Mxfp4, PackedRowsStandForTheCheckpointsValues) {
     }
 }
 
+TEST(Mxfp4, ScalesThatWouldNotDecodeExactlyAreNotPacked) {
+    Tensor scales = Tensor::empty(DType::kF32, {2, 2});
+    auto packable_with = [&](float s) {
+        for (int64_t i = 0; i < 4; ++i) scales.data<float>()[i] = 0.25f;
+        scales.data<float>()[3] = s;
+        return mxfp4::packable(scales);
+    };
+    EXPECT_TRUE(packable_with(1.0f));
+    EXPECT_TRUE(packable_with(std::ldexp(1.0f, -125)));
+    EXPECT_TRUE(packable_with(std::ldexp(1.0f, 125)));
+    EXPECT_FALSE(packable_with(std::ldexp(1.0f, -126))) << "the smallest values would be subnormal";
+    EXPECT_FALSE(packable_with(std::ldexp(1.0f, 126))) << "the largest values would overflow bf16's decode";
+    EXPECT_FALSE(packable_with(0.75f)) << "not a power of two";
+    EXPECT_FALSE(packable_with(0.0f));
+    EXPECT_FALSE(packable_with(-0.5f));
+}
+
 // Both weight formats the 8-bit kernels take, made from random data of shape [n, k].
 struct Weights {
     Tensor stored, values;
@@ -161,14 +178,14 @@ TEST(Q8, EveryKernelMatchesTheDequantizedProduct) {
 // decode each value exactly, so the product has the bits of the same product over the weights
 // widened to bf16 at load (what the loader did before), on the scalar and AVX-512 paths alike,
 // for few activation rows (decoded in registers) and many (decoded once per block of rows). The
-// scales also come from the bottom of the range, where values turn subnormal (the AVX-512 BF16
-// decode takes its scalar route there).
+// scales also come from the bottom of the range pack() takes, where the smallest values are the
+// smallest normal numbers.
 TEST(Mxfp4, DecodedInRegistersGivesTheWidenedWeightsBits) {
     uint32_t seed = test::random_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     ThreadPool pool(3);
-    for (int lowest : {-6, -128})
+    for (int lowest : {-6, -125})
     for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 37, 64}, {4, 9, 96}, {7, 70, 320}, {33, 16, 128}}) {
         SCOPED_TRACE(testing::Message() << "scales from 2^" << lowest);
         Tensor values, x = test::random_f32({m, k}, rng), init = test::random_f32({m, n}, rng);

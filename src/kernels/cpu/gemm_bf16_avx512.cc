@@ -31,22 +31,10 @@ alignas(64) constexpr uint16_t kTwiceE2m1Bf16Unscaled[32] = {
     0x0000, 0x0000, 0x0080, 0x00C0, 0x0100, 0x0140, 0x0180, 0x01C0, 0x8000, 0x8000, 0x8080, 0x80C0, 0x8100, 0x8140, 0x8180, 0x81C0,
     0x0000, 0x0000, 0x0080, 0x00C0, 0x0100, 0x0140, 0x0180, 0x01C0, 0x8000, 0x8000, 0x8080, 0x80C0, 0x8100, 0x8140, 0x8180, 0x81C0};
 
-// Block kk / 32 of a packed row one value at a time, rounded as the loader widens them (for
-// scales whose values may leave the normal range, where the vector conversion would flush).
-__m512bh mxfp4_block_bf16_scalar(const uint8_t* row, const float* scales, int64_t kk) {
-    alignas(64) uint16_t out[32];
-    for (int64_t i = 0; i < 32; ++i) {
-        uint8_t byte = row[(kk / 64) * 32 + i];
-        int code = kk % 64 != 0 ? byte >> 4 : byte & 0xF;
-        out[i] = f32_to_bf16(mxfp4::kE2m1[code] * (2.0f * scales[kk / 32]));
-    }
-    return as_bh(_mm512_load_si512(out));
-}
-
 // Block kk / 32 of a packed MXFP4 row as 32 bf16 values: a table lookup of the codes, then the
 // scale's bf16 bits added to the nonzero ones (the scale is a power of two that keeps every value
-// normal: scales_keep_values_normal). Every value is exact, so these are the bits of the weights
-// widened at load.
+// normal: mxfp4::packable). Every value is exact, so these are the bits of the weights widened at
+// load.
 inline __m512bh mxfp4_block_bf16(const uint8_t* row, int64_t blocks, int64_t kk) {
     __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + (kk / 64) * 32));
     if (kk % 64 != 0) bytes = _mm256_srli_epi16(bytes, 4);
@@ -55,24 +43,6 @@ inline __m512bh mxfp4_block_bf16(const uint8_t* row, int64_t blocks, int64_t kk)
     const auto* scale_bf16 = reinterpret_cast<const int16_t*>(row + blocks * 16 + kk / 32 * 4) + 1;  // upper half
     __mmask32 nonzero = _mm512_test_epi16_mask(codes, _mm512_set1_epi16(7));
     return as_bh(_mm512_mask_add_epi16(values, nonzero, values, _mm512_set1_epi16(*scale_bf16)));
-}
-
-// Whether the first `nblocks` scales of `rows` packed rows are positive powers of two 2^e with
-// -126 <= e <= 124, so that 2^e times twice any e2m1 value is a normal number.
-bool scales_keep_values_normal(const uint8_t* w, int64_t stride, int64_t blocks, int64_t rows, int64_t nblocks) {
-    for (int64_t r = 0; r < rows; ++r) {
-        const auto* scales = reinterpret_cast<const uint32_t*>(w + r * stride + blocks * 16);
-        for (int64_t b = 0; b < nblocks; b += 16) {
-            __mmask16 live = static_cast<__mmask16>(nblocks - b >= 16 ? 0xFFFF : (1u << (nblocks - b)) - 1);
-            __m512i bits = _mm512_maskz_loadu_epi32(live, scales + b);
-            __m512i exponent = _mm512_srli_epi32(bits, 23);
-            __mmask16 power_of_two = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(static_cast<int>(0x807FFFFFu)));
-            __mmask16 in_range = _mm512_cmpge_epi32_mask(exponent, _mm512_set1_epi32(1)) &
-                                 _mm512_cmple_epi32_mask(exponent, _mm512_set1_epi32(251));
-            if ((power_of_two & in_range & live) != live) return false;
-        }
-    }
-    return true;
 }
 
 // Weight rows of one format, 32 values of row j from column kk as bf16.
@@ -87,19 +57,13 @@ struct Bf16Weights {
     }
 };
 
-// MXFP4 rows decoded in registers, a 32-block per load (k is a multiple of 32: no masked loads);
-// kAnyScale: one value at a time, for rows whose scales fail scales_keep_values_normal.
-template <bool kAnyScale>
+// MXFP4 rows decoded in registers, a 32-block per load (k is a multiple of 32: no masked loads).
 struct Mxfp4Weights {
     const uint8_t* w;
     int64_t stride, blocks;
     Mxfp4Weights from(int64_t j) const { return {w + j * stride, stride, blocks}; }
     const void* at(int64_t j, int64_t kk) const { return w + j * stride + kk / 2; }
-    __m512bh load(int64_t j, int64_t kk) const {
-        const uint8_t* row = w + j * stride;
-        if constexpr (kAnyScale) return mxfp4_block_bf16_scalar(row, reinterpret_cast<const float*>(row + blocks * 16), kk);
-        return mxfp4_block_bf16(row, blocks, kk);
-    }
+    __m512bh load(int64_t j, int64_t kk) const { return mxfp4_block_bf16(w + j * stride, blocks, kk); }
     __m512bh load_masked(int64_t j, int64_t kk, __mmask32) const { return load(j, kk); }
 };
 
@@ -186,15 +150,8 @@ void decoded_row_block(const GemmArgs& a, const Bf16Activations& xb, const Weigh
 }
 
 void mxfp4_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
-    const auto* w = static_cast<const uint8_t*>(a.w);
-    int64_t stride = mxfp4::row_bytes(a.k), blocks = q8::padded_blocks(a.k);
-    for (int64_t j = n_begin; j < n_end; j += 4) {
-        int64_t nr = std::min<int64_t>(4, n_end - j);
-        if (scales_keep_values_normal(w + j * stride, stride, blocks, nr, a.k / 32))
-            decoded_row_block(a, xb, Mxfp4Weights<false>{w, stride, blocks}, j, nr);
-        else
-            decoded_row_block(a, xb, Mxfp4Weights<true>{w, stride, blocks}, j, nr);
-    }
+    Mxfp4Weights w{static_cast<const uint8_t*>(a.w), mxfp4::row_bytes(a.k), q8::padded_blocks(a.k)};
+    for (int64_t j = n_begin; j < n_end; j += 4) decoded_row_block(a, xb, w, j, std::min<int64_t>(4, n_end - j));
 }
 
 void fp8_rows(const GemmArgs& a, const Bf16Activations& xb, int64_t n_begin, int64_t n_end) {
