@@ -135,7 +135,8 @@ void EngineImpl::start_prefix_cache() {
              "prefix caching replays {} tokens after a hit, which does not cover the sliding window ({}) plus the "
              "rollback depth ({}): use --swa-replay-tokens >= {} (or turn prefix caching off)",
              mc.swa_replay_tokens, window, mc.rollback_tokens, window + mc.rollback_tokens);
-    uint64_t space = prefix_namespace(mc.path, backend_->name(), blocks->prefix_geometry());
+    uint64_t space = prefix_namespace(mc.path, backend_->name(), blocks->prefix_geometry(),
+                                      "quantize=" + mc.quantize + "|precision=" + mc.precision);
     prefix_cache_ = std::make_unique<PrefixCache>(pc, mc.swa_replay_tokens, space, *blocks, *backend_);
     scheduler_->set_prefix_cache(prefix_cache_.get());
 }

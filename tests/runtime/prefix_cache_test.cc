@@ -97,6 +97,27 @@ TEST_P(PrefixCacheExact, DiskHitAfterRestart) {
     EXPECT_GT(tier(got.stats.back(), "disk").hit_tokens, 0);
 }
 
+// Entries computed with other numerics (8-bit weights on the CPU, the fast precision on CUDA:
+// the same cache layout, other numbers) are another namespace: an engine that computes as the
+// reference does misses them and still answers as without the cache.
+TEST(PrefixCacheNamespace, EntriesOfOtherNumericsAreNotUsed) {
+    DiskCase t(cached_models().front());
+    SCOPED_TRACE(t.conv.trace());
+    EngineConfig other = t.config;
+    if (device() == "cpu")
+        other.model.quantize = "q8";
+    else
+        other.model.precision = "fast";
+    Outputs got = t.conv.run_across_restart(other, t.config);
+    EXPECT_GT(tier(got.stats.front(), "disk").writes, 0) << "the first engine wrote nothing to the disk";
+    EXPECT_EQ(tier(got.stats.back(), "disk").hit_tokens, 0);
+    // Turn 2 resends turn 1's answer, which the other numerics wrote: its reference is the same
+    // two engines without the cache.
+    EngineConfig other_uncached = other, uncached = t.config;
+    other_uncached.cache.prefix.enabled = uncached.cache.prefix.enabled = false;
+    expect_same(got, t.conv.run_across_restart(other_uncached, uncached));
+}
+
 // Two engines share one Redis: the second serves turn 2 from what the first stored.
 TEST_P(PrefixCacheExact, RemoteHitAcrossEngines) {
     RedisServer redis;

@@ -33,9 +33,11 @@
 
 namespace deepinfer::runtime {
 
-// A seed that differs between models, cache layouts and devices (their numbers differ), so
+// A seed that differs between models, cache layouts, devices and numerics (`numerics`: the
+// weight quantization and precision the engine computes with; their cached numbers differ), so
 // engines sharing a disk directory or a remote store only ever match their own entries.
-uint64_t prefix_namespace(const std::string& model_dir, const std::string& device, const model::PrefixGeometry& g);
+uint64_t prefix_namespace(const std::string& model_dir, const std::string& device, const model::PrefixGeometry& g,
+                          const std::string& numerics);
 
 class PrefixCache {
 public:

@@ -12,10 +12,11 @@
 
 namespace deepinfer::runtime {
 
-uint64_t prefix_namespace(const std::string& model_dir, const std::string& device, const model::PrefixGeometry& g) {
+uint64_t prefix_namespace(const std::string& model_dir, const std::string& device, const model::PrefixGeometry& g,
+                          const std::string& numerics) {
     namespace fs = std::filesystem;
     std::ostringstream id;
-    id << device << '|' << g.span_tokens << '|' << g.block_bytes[0] << '|' << g.block_bytes[1] << '|' << g.carry_bytes;
+    id << device << '|' << numerics << '|' << g.span_tokens << '|' << g.block_bytes[0] << '|' << g.block_bytes[1] << '|' << g.carry_bytes;
     id << '|' << std::ifstream(fs::path(model_dir) / "config.json").rdbuf();
     // The weights: each safetensors file's size and its first and last MiB (header and data).
     std::vector<fs::path> files;
