@@ -79,6 +79,9 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-running", c.scheduler.max_running, "sequences decoded together")->check(CLI::PositiveNumber);
     cmd->add_flag("--no-async", f.no_async, "plan each step only after the previous one finished");
+    cmd->add_flag("--deterministic", c.deterministic,
+                  "every request gets the same tokens and logprobs whatever else runs (a fixed seed unless given; "
+                  "exact replays after prefix-cache hits); CPU only");
     cmd->add_option("--trace", c.trace_path, "write a Chrome-trace / Perfetto JSON of the engine's steps to this file at exit");
     cmd->add_option("--swa-replay-tokens", c.model.swa_replay_tokens,
                     "DeepSeek-V4.1: layers after the last KV source prefill only the last N prompt tokens (0 = off)")

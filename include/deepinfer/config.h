@@ -109,6 +109,9 @@ struct EngineConfig {
     StructuredOutputConfig structured;
     std::string log_level = "warn";
     std::string trace_path;  // Chrome-trace / Perfetto JSON of the engine's steps, written at shutdown ("" = off)
+    // Every request deterministic (GenerationRequest::deterministic); needs a batch-invariant
+    // backend (the CPU).
+    bool deterministic = false;
 };
 
 }  // namespace deepinfer

@@ -96,6 +96,9 @@ public:
     // Longest prompt + output a request may have: the model's max_position_embeddings, or less
     // when the config or the cache asks for less.
     virtual int64_t max_model_len() const = 0;
+    // Whether requests may ask to be deterministic (GenerationRequest::deterministic): the
+    // backend's kernels are batch-invariant.
+    virtual bool deterministic_available() const = 0;
     // Tokenizer access for callers that format prompts (chat templates, counting).
     virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const = 0;
     virtual std::string detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const = 0;

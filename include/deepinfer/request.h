@@ -29,6 +29,10 @@ struct GenerationRequest {
     SamplingParams sampling;
     int priority = 0;                   // higher runs first; FCFS within a priority
     GrammarSpec grammar;                // structured output (none by default)
+    // The same tokens and logprobs, bit for bit, whatever else the engine runs: a fixed seed when
+    // none is given, and a prefix taken from the cache replays enough positions to rebuild every
+    // window ring exactly. Needs a batch-invariant backend (the CPU); refused elsewhere.
+    bool deterministic = false;
     // Prefill/decode disaggregation (prefill side): the prompt's cached spans are handed here as
     // they are computed or found cached (prefix_spans.h). Null = none.
     std::shared_ptr<PrefixSpanSink> span_sink;

@@ -221,6 +221,9 @@ public:
     // own keys rounded the same way where attention reads them, so that every schedule reads the
     // same keys.
     virtual bool reads_bf16_cache() const { return false; }
+    // Whether every op computes a row's result in the same order whatever the batch around it
+    // (its size, the row's place, prefill or decode): what deterministic requests need.
+    virtual bool batch_invariant() const { return false; }
     // WeightQuant::kQ8: products with MXFP4 weights quantize their activations to 8-bit blocks (as
     // Q8 weights always do) instead of decoding the weights for fp32 or bf16 activations.
     virtual void set_int8_activations(bool) {}

@@ -183,6 +183,9 @@ public:
     virtual bool rebuilds_windows() const { return false; }
     // The sliding window the replay after a prefix hit must cover (0 = none).
     virtual int sliding_window() const { return 0; }
+    // The replay after a prefix hit that rebuilds every window ring bit for bit: a layer's ring
+    // depends on the layer below over window - 1 earlier positions, so layers x (window - 1) + 1.
+    virtual int exact_replay_tokens() const { return 0; }
 };
 
 // Loads the model in `dir` (config.json model_type decides the architecture).

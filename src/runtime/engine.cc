@@ -93,6 +93,10 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
     backend_ = kernels::make_backend(mc.device, mc.threads);
+    DI_CHECK(!config.deterministic || backend_->batch_invariant(),
+             "deterministic mode: the {} backend's kernels are not batch-invariant yet (a row's result depends on "
+             "the batch around it); use --device cpu",
+             backend_->name());
     model_ = model::load_causal_lm(mc.path, *backend_, {model::parse_weight_quant(mc.quantize), model::parse_precision(mc.precision)});
     DI_CHECK(mc.swa_replay_tokens >= 0 && mc.rollback_tokens >= 0, "swa_replay_tokens and rollback_tokens must be >= 0");
     if (model_->configure_swa_replay(mc.swa_replay_tokens, mc.rollback_tokens) && mc.swa_replay_tokens > 0)
@@ -137,7 +141,8 @@ void EngineImpl::start_prefix_cache() {
              mc.swa_replay_tokens, window, mc.rollback_tokens, window + mc.rollback_tokens);
     uint64_t space = prefix_namespace(mc.path, backend_->name(), blocks->prefix_geometry(),
                                       "quantize=" + mc.quantize + "|precision=" + mc.precision);
-    prefix_cache_ = std::make_unique<PrefixCache>(pc, mc.swa_replay_tokens, space, *blocks, *backend_);
+    prefix_cache_ = std::make_unique<PrefixCache>(pc, PrefixReplay{mc.swa_replay_tokens, model_->exact_replay_tokens()},
+                                                  space, *blocks, *backend_);
     scheduler_->set_prefix_cache(prefix_cache_.get());
 }
 
@@ -184,6 +189,10 @@ std::string EngineImpl::detokenize(const std::vector<int32_t>& tokens, bool skip
 std::string EngineImpl::check_request(GenerationRequest& r) const {
     std::string bad = r.sampling.validate(static_cast<int32_t>(model_->vocab_size()));
     if (!bad.empty()) return bad;
+    r.deterministic = r.deterministic || config_.deterministic;
+    if (r.deterministic && !backend_->batch_invariant())
+        return std::string("deterministic: not supported on the ") + backend_->name() +
+               " backend (its kernels are not batch-invariant yet)";
     if (r.prompt_tokens.empty()) {
         auto ids = tokenizer_->encode(r.prompt, true);
         if (!ids.ok()) return "prompt: " + ids.status().message();
@@ -221,7 +230,10 @@ std::shared_ptr<RequestStream> EngineImpl::submit(GenerationRequest request) {
         stream->detach();
         return stream;
     }
-    if (!request.sampling.seed) request.sampling.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull + rs->id;
+    // A deterministic request without a seed draws as if seeded with 0, so that it samples alike
+    // in every run.
+    if (!request.sampling.seed)
+        request.sampling.seed = request.deterministic ? 0 : std::random_device{}() * 0x9E3779B97F4A7C15ull + rs->id;
     rs->request = std::move(request);
     {
         std::lock_guard<std::mutex> lock(inbox_mutex_);

@@ -24,6 +24,7 @@ void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
         s->request = rs.get();
         s->index = i;
         s->seed = *r.sampling.seed + static_cast<uint64_t>(i);
+        s->deterministic = r.deterministic;
         s->priority = r.priority;
         s->arrival = arrivals_++;
         s->tokens = r.prompt_tokens;

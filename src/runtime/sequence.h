@@ -42,6 +42,7 @@ struct Sequence {
     bool awaiting_sample = false;    // the step in flight samples this sequence's next token
     int cache_state = -1;            // cache slot, -1 when not resident
     int preemptions = 0;             // times it lost its cache state (runtime/penalty_slots.h)
+    bool deterministic = false;      // GenerationRequest::deterministic
     // After taking a shared prefix: compressed state exists below compressed_until, the window
     // rings hold nothing below window_from (its tail is recomputed from there: encoder replay).
     int64_t window_from = 0, compressed_until = 0;

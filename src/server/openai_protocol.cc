@@ -17,7 +17,7 @@ using nlohmann::json;
 #define DI_COMMON_FIELDS                                                                                              \
     "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "n", "stop", "stop_token_ids",   \
         "max_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "user",  \
-        "ignore_eos", "skip_special_tokens", "logprobs", DI_STRUCTURED_FIELDS
+        "ignore_eos", "skip_special_tokens", "logprobs", "deterministic", DI_STRUCTURED_FIELDS
 
 std::vector<std::string> stop_strings(const json& j) {
     auto it = j.find("stop");
@@ -231,6 +231,10 @@ CompletionCall build_call(const json& j, const std::string& body, bool chat, con
         call.include_usage = get_field<bool>(*so, "include_usage", "a boolean", "stream_options.").value_or(false);
     }
     SamplingParams sampling = sampling_from(j, chat, info.vocab_size);
+    bool deterministic = get_field<bool>(j, "deterministic", "a boolean").value_or(false);
+    if (deterministic && !info.deterministic_available)
+        throw BadField{"deterministic", "deterministic is not supported on this server's device (its kernels are not "
+                                        "batch-invariant yet)"};
     std::vector<std::vector<int32_t>> prompts;
     StructuredOutput structured = parse_structured_output(j, body);
     std::optional<std::string> prompt_schema = structured.prompt_schema;
@@ -249,6 +253,7 @@ CompletionCall build_call(const json& j, const std::string& body, bool chat, con
         r.prompt_tokens = std::move(ids);
         r.sampling = std::move(p);
         r.grammar = call.grammar;
+        r.deterministic = deterministic;
         call.requests.push_back(std::move(r));
     }
     return call;

@@ -49,6 +49,7 @@ struct ServingInfo {
     int64_t max_model_len = 0;
     int max_sequences_per_request = 256;
     int max_json_depth = 64;
+    bool deterministic_available = false;  // requests may set `deterministic` (Engine::deterministic_available)
 };
 
 // `tokenize` turns prompt text into ids (BOS per the tokenizer config) or throws.

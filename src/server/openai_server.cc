@@ -97,7 +97,8 @@ std::optional<HttpResponse> OpenAiServer::check_head(const HttpRequest& head) {
 }
 
 ServingInfo OpenAiServer::serving_info() const {
-    return {engine_.model_name(), engine_.vocab_size(), engine_.max_model_len(), config_.max_sequences_per_request, config_.max_json_depth};
+    return {engine_.model_name(),          engine_.vocab_size(),      engine_.max_model_len(),
+            config_.max_sequences_per_request, config_.max_json_depth, engine_.deterministic_available()};
 }
 
 void OpenAiServer::reply(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, int status, const json& body) {

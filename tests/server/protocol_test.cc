@@ -34,6 +34,27 @@ TEST(Protocol, CompletionFieldsMapToSamplingParams) {
     EXPECT_TRUE(c.stream);
 }
 
+// `deterministic` reaches every request of the call where the engine can honour it, and is a
+// 400 naming the field where it cannot (a device whose kernels are not batch-invariant).
+TEST(Protocol, DeterministicIsPerRequestAndRefusedWhereUnavailable) {
+    ServingInfo cpu = info();
+    cpu.deterministic_available = true;
+    auto r = parse_completion_call(R"({"prompt": ["a", "b"], "deterministic": true})", false, cpu, fake_tokenize);
+    ASSERT_TRUE(std::holds_alternative<CompletionCall>(r)) << std::get<ApiError>(r).message;
+    for (const auto& q : std::get<CompletionCall>(r).requests) EXPECT_TRUE(q.deterministic);
+    auto chat = parse_completion_call(R"({"messages": [{"role": "user", "content": "hi"}], "deterministic": false})", true,
+                                      cpu, fake_tokenize);
+    ASSERT_TRUE(std::holds_alternative<CompletionCall>(chat));
+    EXPECT_FALSE(std::get<CompletionCall>(chat).requests[0].deterministic);
+    auto refused = parse_completion_call(R"({"prompt": "a", "deterministic": true})", false, info(), fake_tokenize);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(refused));
+    EXPECT_EQ(std::get<ApiError>(refused).status, 400);
+    EXPECT_EQ(std::get<ApiError>(refused).param, "deterministic");
+    auto bad = parse_completion_call(R"({"prompt": "a", "deterministic": "yes"})", false, cpu, fake_tokenize);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(bad));
+    EXPECT_EQ(std::get<ApiError>(bad).param, "deterministic");
+}
+
 TEST(Protocol, PromptShapes) {
     auto ids = parse_completion_call(R"({"prompt": [3, 4, 5]})", false, info(), fake_tokenize);
     EXPECT_EQ(std::get<CompletionCall>(ids).requests[0].prompt_tokens, (std::vector<int32_t>{3, 4, 5}));

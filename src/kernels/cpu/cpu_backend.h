@@ -15,6 +15,8 @@ public:
 
     Device device() const override { return Device::kCpu; }
     const char* name() const override { return "cpu"; }
+    // Products split over weight rows (never over k), attention and norms per token.
+    bool batch_invariant() const override { return true; }
     Isa isa() const { return isa_; }
     ThreadPool& pool() { return pool_; }
     // kBf16 rounds the activations of products with bf16 weights to bf16 (gemm_bf16.h); the

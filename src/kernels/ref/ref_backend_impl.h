@@ -10,6 +10,7 @@ class RefBackend final : public Backend {
 public:
     Device device() const override { return Device::kCpu; }
     const char* name() const override { return "reference"; }
+    bool batch_invariant() const override { return true; }  // one row at a time
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;

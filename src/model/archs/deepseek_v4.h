@@ -30,6 +30,7 @@ public:
     // through all layers (Batch::compressed_until).
     bool rebuilds_windows() const override { return true; }
     int sliding_window() const override { return cfg_.sliding_window; }
+    int exact_replay_tokens() const override { return cfg_.num_hidden_layers * (cfg_.sliding_window - 1) + 1; }
 
 private:
     static std::vector<kernels::SeqSlice> compressor_slices(const Batch& step);

@@ -30,6 +30,7 @@ public:
     bool configure_swa_replay(int tokens, int rollback) override;
     bool rebuilds_windows() const override { return true; }
     int sliding_window() const override { return cfg_.base.sliding_window; }
+    int exact_replay_tokens() const override { return cfg_.base.num_hidden_layers * (cfg_.base.sliding_window - 1) + 1; }
     // Encoder replay: rebuilds every layer's window ring over the step's positions from their
     // tokens alone, on top of compressed state (entries, index keys, carries) already cached
     // for them — after a prefix hit that restored only compressed KV. Windows start at each

@@ -13,9 +13,9 @@ namespace deepinfer::runtime {
 
 using Clock = std::chrono::steady_clock;
 
-PrefixCache::PrefixCache(const PrefixCacheConfig& config, int replay_tokens, uint64_t namespace_seed,
+PrefixCache::PrefixCache(const PrefixCacheConfig& config, PrefixReplay replay, uint64_t namespace_seed,
                          model::PrefixBlocks& blocks, kernels::Backend& backend)
-    : config_(config), replay_tokens_(replay_tokens), namespace_(namespace_seed), blocks_(blocks),
+    : config_(config), replay_(replay), namespace_(namespace_seed), blocks_(blocks),
       geometry_(blocks.prefix_geometry()), layout_(geometry_) {
     DI_CHECK(geometry_.span_tokens > 0, "prefix cache: the cache layout has no block-aligned spans");
     for (int s = geometry_.carry_slots - 1; s >= 0; --s) free_carry_slots_.push_back(s);
@@ -109,11 +109,15 @@ bool PrefixCache::ready(const Sequence& s) const {
 
 void PrefixCache::forget(const Sequence& s) { lookups_.erase(&s); }
 
+int64_t PrefixCache::replay_of(const Sequence& s) const {
+    return s.deterministic ? std::max(replay_.tokens, replay_.exact) : replay_.tokens;
+}
+
 // The deepest span of the chain a hit can end at: its carries are at hand and the hit is
 // longer than the replay (-1: none).
-int PrefixCache::usable_end(const std::vector<PrefixNode*>& chain) const {
+int PrefixCache::usable_end(const std::vector<PrefixNode*>& chain, int64_t replay) const {
     for (int i = static_cast<int>(chain.size()) - 1; i >= 0; --i)
-        if ((i + 1) * geometry_.span_tokens > replay_tokens_ && has_carries(*chain[i])) return i;
+        if ((i + 1) * geometry_.span_tokens > replay && has_carries(*chain[i])) return i;
     return -1;
 }
 
@@ -131,12 +135,12 @@ void PrefixCache::take_prefix(Sequence& s, int state) {
         chain.push_back(n);
         taking_.insert(k);
     }
-    int end = usable_end(chain);
+    int end = usable_end(chain, replay_of(s));
     chain.resize(end + 1);
     for (size_t i = 0; i < chain.size(); ++i)  // spans held in host memory come back to the device
         if (!chain[i]->on_device && !restore_to_device(*chain[i])) {
             chain.resize(i);
-            chain.resize(usable_end(chain) + 1);
+            chain.resize(usable_end(chain, replay_of(s)) + 1);
             break;
         }
     int64_t boundary = static_cast<int64_t>(chain.size()) * geometry_.span_tokens;
@@ -153,7 +157,7 @@ void PrefixCache::adopt_chain(Sequence& s, int state, const std::vector<PrefixNo
     }
     int64_t boundary = static_cast<int64_t>(chain.size()) * geometry_.span_tokens;
     for (PrefixNode* n : chain) index_.touch(*n);
-    s.num_computed = s.window_from = boundary - replay_tokens_;  // the tail the rings need runs again
+    s.num_computed = s.window_from = boundary - replay_of(s);  // the tail the rings need runs again
     s.compressed_until = s.indexed_until = boundary;
     s.indexed_key = chain.back()->key;
     s.cached_tokens = s.num_computed;

@@ -39,9 +39,16 @@ namespace deepinfer::runtime {
 uint64_t prefix_namespace(const std::string& model_dir, const std::string& device, const model::PrefixGeometry& g,
                           const std::string& numerics);
 
+// Positions recomputed after a hit: `tokens` (the bounded replay), or `exact` (rebuilds every
+// window ring bit for bit: CausalLm::exact_replay_tokens) for deterministic sequences.
+struct PrefixReplay {
+    int tokens = 0;
+    int exact = 0;
+};
+
 class PrefixCache {
 public:
-    PrefixCache(const PrefixCacheConfig& config, int replay_tokens, uint64_t namespace_seed, model::PrefixBlocks& blocks,
+    PrefixCache(const PrefixCacheConfig& config, PrefixReplay replay, uint64_t namespace_seed, model::PrefixBlocks& blocks,
                 kernels::Backend& backend);
     ~PrefixCache();
 
@@ -115,7 +122,7 @@ private:
     bool restore_to_device(PrefixNode& n);
     bool restore_carries(PrefixNode& n, int state, int64_t boundary);
     void adopt_chain(Sequence& s, int state, const std::vector<PrefixNode*>& chain);
-    int usable_end(const std::vector<PrefixNode*>& chain) const;
+    int usable_end(const std::vector<PrefixNode*>& chain, int64_t replay) const;
     void index_span(Sequence& s);
     void save_carries(PrefixNode& n, const Sequence& s);
     int acquire_carry_slot(const PrefixNode* keep);
@@ -128,7 +135,8 @@ private:
     void count_hit(const PrefixNode& n, int64_t tokens);
 
     PrefixCacheConfig config_;
-    int replay_tokens_;
+    PrefixReplay replay_;
+    int64_t replay_of(const Sequence& s) const;
     uint64_t namespace_;
     model::PrefixBlocks& blocks_;
     model::PrefixGeometry geometry_;

@@ -268,7 +268,7 @@ PrefixCacheStats PrefixCache::stats() const {
     PrefixCacheStats s;
     s.enabled = true;
     s.span_tokens = geometry_.span_tokens;
-    s.replay_tokens = replay_tokens_;
+    s.replay_tokens = replay_.tokens;
     s.lookup_tokens = lookup_tokens_;
     s.hit_tokens = hit_tokens_;
     s.exported_spans = exported_spans_;
