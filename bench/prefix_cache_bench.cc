@@ -39,6 +39,8 @@ struct Options {
     std::string model, tokenizer, device = "cpu", small_memory = "24MiB", memory = "1GiB", host_memory = "2GiB";
     std::string disk_dir = "/tmp/deepinfer-prefix-bench", redis_url, json_out, trace;
     int threads = 0, block_size = 16, replay = 140;
+    bool deterministic = false;
+    std::vector<std::string> columns = {"off", "device", "+dram", "+disk", "+redis"};
     bench::WorkloadShape shape;
 };
 
@@ -120,6 +122,7 @@ EngineConfig engine_config(const Options& o, bool cache, const std::string& memo
     c.cache.max_sequences = o.shape.concurrency;
     c.scheduler.max_running = o.shape.concurrency;
     c.cache.prefix.enabled = cache;
+    c.deterministic = o.deterministic;
     return c;
 }
 
@@ -203,7 +206,7 @@ static int run(const Options& o) {
         shape.name = name;
         bench::Workload w(shape, Engine::create(engine_config(o, false, o.memory))->vocab_size());
         json wl = {{"workload", name}, {"columns", json::array()}};
-        for (std::string column : {"off", "device", "+dram", "+disk", "+redis"})
+        for (const std::string& column : o.columns)
             if (column != "+redis" || !o.redis_url.empty()) wl["columns"].push_back(run_column(o, column, w, trace));
         result["workloads"].push_back(wl);
         std::filesystem::remove_all(o.disk_dir + "/" + name);
@@ -236,6 +239,11 @@ int main(int argc, char** argv) {
     app.add_option("--redis-url", o.redis_url, "a running Redis (the +redis column is skipped without one)");
     app.add_option("--json", o.json_out, "write the results as JSON to this file");
     app.add_option("--trace", o.trace, "write pass 2's requests as a Chrome trace to this file");
+    app.add_option("--columns", o.columns, "columns to run, in order (default: all)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"off", "device", "+dram", "+disk", "+redis"}));
+    app.add_flag("--deterministic", o.deterministic,
+                 "deterministic requests: hits replay the exact length (the model's layers x (window - 1) + 1)");
     CLI11_PARSE(app, argc, argv);
     try {
         return run(o);
