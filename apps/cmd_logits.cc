@@ -10,6 +10,19 @@
 
 namespace deepinfer::apps {
 
+void add_model_run_options(CLI::App* cmd, ModelRunOptions& o) {
+    cmd->add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
+    cmd->add_option("--quantize", o.quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
+        ->check(CLI::IsMember({"none", "q8"}));
+    cmd->add_option("--precision", o.precision, "matrix products: exact, fast (bf16 activations) or auto")
+        ->check(CLI::IsMember({"auto", "exact", "fast"}));
+}
+
+std::unique_ptr<model::CausalLm> load_model(const std::string& dir, kernels::Backend& backend, const ModelRunOptions& o) {
+    return model::load_causal_lm(dir, backend, {model::parse_weight_quant(o.quantize), model::parse_precision(o.precision)});
+}
+
 void add_logits_command(CLI::App& app, LogitsOptions& o) {
     auto* cmd = app.add_subcommand("logits", "Write the logits of every input position (safetensors in and out)");
     cmd->add_option("--model", o.model_dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
@@ -19,15 +32,8 @@ void add_logits_command(CLI::App& app, LogitsOptions& o) {
     cmd->add_option("--decode-from", o.decode_from, "prefill P tokens, then decode the rest one at a time")
         ->check(CLI::NonNegativeNumber)
         ->excludes(chunk);
-    cmd->add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--device", o.device, "cpu, cuda or cuda:N");
-    cmd->add_option("--quantize", o.quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
-        ->check(CLI::IsMember({"none", "q8"}));
-    cmd->add_option("--precision", o.precision, "matrix products: exact, fast (bf16 activations) or auto")
-        ->check(CLI::IsMember({"auto", "exact", "fast"}));
+    add_model_run_options(cmd, o.run);
 }
-
-namespace {
 
 std::vector<int32_t> read_input_ids(const std::string& path) {
     SafetensorsFile file(path);
@@ -46,13 +52,10 @@ std::vector<int32_t> read_input_ids(const std::string& path) {
     return ids;
 }
 
-}  // namespace
-
 int run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = read_input_ids(o.input_path);
-    auto backend = kernels::make_backend(o.device, o.threads);
-    std::unique_ptr<model::CausalLm> model = model::load_causal_lm(
-        o.model_dir, *backend, {model::parse_weight_quant(o.quantize), model::parse_precision(o.precision)});
+    auto backend = kernels::make_backend(o.run.device, o.run.threads);
+    std::unique_ptr<model::CausalLm> model = load_model(o.model_dir, *backend, o.run);
     runtime::LogitsSchedule schedule{o.chunk, o.decode_from};
     Tensor logits = runtime::sequence_logits(*model, ids, schedule);
     write_safetensors(o.output_path, {{"logits", logits}});

@@ -4,25 +4,46 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/engine_options.h"
 #include "apps/serve_load.h"
 #include "cluster/router/router.h"
+#include "model/causal_lm.h"
 
 namespace deepinfer::apps {
 
-struct LogitsOptions {
-    std::string model_dir, input_path, output_path;
-    int64_t chunk = 0;
-    int64_t decode_from = -1;
+// How `logits` and `eval` load and run a model (no engine around it).
+struct ModelRunOptions {
     int threads = 0;
     std::string device = "cpu";
     std::string quantize;
     std::string precision;
 };
+void add_model_run_options(CLI::App* cmd, ModelRunOptions& opts);
+std::unique_ptr<model::CausalLm> load_model(const std::string& dir, kernels::Backend& backend, const ModelRunOptions& opts);
+
+struct LogitsOptions {
+    std::string model_dir, input_path, output_path;
+    int64_t chunk = 0;
+    int64_t decode_from = -1;
+    ModelRunOptions run;
+};
 void add_logits_command(CLI::App& app, LogitsOptions& opts);
 int run_logits(const LogitsOptions& opts);
+// The int64 (or int32) input_ids [L] (or [1, L]) of a safetensors file; throws deepinfer::Error.
+std::vector<int32_t> read_input_ids(const std::string& path);
+
+struct EvalOptions {
+    std::string model_dir, tokenizer_dir, jsonl_file, field = "text", tokens_file, compare_file, input_file, json_file;
+    std::vector<std::string> text_files;
+    int64_t context = 1024;
+    ModelRunOptions run;
+};
+void add_eval_command(CLI::App& app, EvalOptions& opts);
+int run_eval(const EvalOptions& opts);
 
 struct GenerateOptions {
     std::string prompt, prompts_file, output_file;

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
     deepinfer::apps::LogitsOptions logits;
     deepinfer::apps::add_logits_command(app, logits);
+    deepinfer::apps::EvalOptions eval;
+    deepinfer::apps::add_eval_command(app, eval);
     deepinfer::apps::GenerateOptions generate;
     deepinfer::apps::add_generate_command(app, generate);
     deepinfer::apps::BenchOptions bench;
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
     try {
         deepinfer::set_log_level(log_level);
         if (app.got_subcommand("logits")) return deepinfer::apps::run_logits(logits);
+        if (app.got_subcommand("eval")) return deepinfer::apps::run_eval(eval);
         if (app.got_subcommand("generate")) return deepinfer::apps::run_generate(generate, log_level);
         if (app.got_subcommand("bench")) return deepinfer::apps::run_bench(bench, log_level);
         if (app.got_subcommand("serve")) return deepinfer::apps::run_serve(serve, log_level);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/runtime/test_models.h"
 #include "tests/test_util.h"
 
@@ -21,21 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-    int exit_code;
-    std::string output;  // stdout + stderr
-};
+using test::RunResult;
 
-RunResult run(const std::string& args) {
-    std::string cmd = std::string(DEEPINFER_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+RunResult run(const std::string& args) { return test::run_deepinfer(args); }
 
 class LogitsCli : public ::testing::Test {
 protected:
