@@ -89,6 +89,7 @@ struct Others {
 class Determinism : public ::testing::TestWithParam<CachedModel> {
 protected:
     void SetUp() override {
+        if (device() != "cpu") GTEST_SKIP() << "the " << device() << " kernels are not batch-invariant yet (requests refused)";
         seed_ = random_seed();
         rng_.seed(seed_);
         const CachedModel& m = GetParam();
@@ -257,7 +258,31 @@ TEST_P(Determinism, WithoutItAHitWithAShortReplayChangesTheBits) {
     EXPECT_NE(got, reference);
 }
 
+// Where the kernels are not batch-invariant (CUDA), deterministic engines and requests are refused
+// with the reason, never silently run.
+TEST(DeterminismOptions, RefusedWhereKernelsAreNotBatchInvariant) {
+    if (device() == "cpu") GTEST_SKIP() << "the CPU kernels are batch-invariant";
+    CachedModel m = cached_models()[0];
+    EngineConfig c = m.config(false);
+    c.deterministic = true;
+    try {
+        Engine::create(c);
+        ADD_FAILURE() << "a deterministic engine was created on " << device();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("not batch-invariant"), std::string::npos) << e.what();
+    }
+    auto e = Engine::create(m.config(false));
+    EXPECT_FALSE(e->deterministic_available());
+    GenerationRequest r;
+    r.prompt_tokens = {1, 2, 3};
+    r.deterministic = true;
+    Output out = collect(*e->submit(std::move(r)));
+    EXPECT_NE(out.error.find("deterministic: not supported"), std::string::npos) << out.error;
+    EXPECT_TRUE(out.tokens.empty());
+}
+
 TEST(DeterminismOptions, AnUnseededDeterministicRequestSamplesAlikeInEveryRun) {
+    if (device() != "cpu") GTEST_SKIP() << "deterministic requests are refused on " << device();
     CachedModel m = cached_models()[0];
     GenerationRequest r;
     std::mt19937 rng(random_seed());
