@@ -123,6 +123,8 @@ protected:
         EngineConfig c = GetParam().config(prefix_cache);
         c.model.swa_replay_tokens = sliding_window_of(GetParam()) + 1;
         c.cache.max_sequences = 16;
+        c.model.precision = precision_;
+        c.model.quantize = quantize_;
         c.deterministic = deterministic;
         return c;
     }
@@ -197,6 +199,7 @@ protected:
 
     int max_others() const { return GetParam().name == "nano" ? 16 : 64; }
 
+    std::string precision_, quantize_;  // the engine's numerics (default: the model's own)
     uint32_t seed_ = 0;
     std::mt19937 rng_;
     std::vector<int32_t> shared_prefix_;
@@ -215,6 +218,18 @@ TEST_P(Determinism, ABusyEngineWithoutPrefixCachingGivesEachProbeItsBitsAlone) {
     SCOPED_TRACE(trace());
     auto reference = alone();
     expect_same(busy(config(false, true), true, max_others()), reference);
+}
+
+// The fast numerics are batch-invariant too: bf16 activations and cache, 8-bit weights with 8-bit
+// activations quantized per row (MXFP4 experts decoded the same way for any number of rows).
+TEST_P(Determinism, FastPrecisionAndQ8WeightsKeepEachProbesBits) {
+    SCOPED_TRACE(trace());
+    for (auto [precision, quantize] : {std::pair{"fast", ""}, std::pair{"fast", "q8"}}) {
+        SCOPED_TRACE(std::string(precision) + " " + quantize);
+        precision_ = precision, quantize_ = quantize;
+        auto reference = alone();
+        expect_same(busy(config(true, true), true, max_others()), reference);
+    }
 }
 
 // The cache holds about one and a half of the longest sequences while up to eight run, all
