@@ -131,6 +131,29 @@ TEST_F(ServerTest, CompletionStreamingEqualsNonStreaming) {
     EXPECT_EQ(sse.chunks.back()["usage"]["completion_tokens"], 12);  // final usage chunk
 }
 
+// `deterministic` without a seed: sampled requests sent while others run get the same tokens and
+// logprobs every time; without it, the engine draws a seed per request and they differ.
+TEST_F(ServerTest, DeterministicRequestsSampleAlikeWhileOthersRun) {
+    auto sample = [&](bool deterministic) {
+        json req = {{"prompt", "the tale of"}, {"max_tokens", 16}, {"temperature", 1.5}, {"logprobs", 2}};
+        if (deterministic) req["deterministic"] = true;
+        int status = 0;
+        json r = post("/v1/completions", req, &status);
+        EXPECT_EQ(status, 200) << r.dump();
+        return r["choices"][0]["logprobs"];
+    };
+    json alone = sample(true);
+    std::vector<std::thread> others;
+    for (int i = 0; i < 6; ++i)
+        others.emplace_back([i] {
+            post("/v1/completions", {{"prompt", std::string(1 + i, 'x') + " other"}, {"max_tokens", 20}, {"temperature", 1.0}});
+        });
+    json busy = sample(true);
+    for (auto& t : others) t.join();
+    EXPECT_EQ(busy, alone);  // tokens, their logprobs and the top 2, exactly
+    EXPECT_NE(sample(false), sample(false));
+}
+
 TEST_F(ServerTest, ChatCompletionsWithLogprobsAndN) {
     json req = {{"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hello"}}}},
                 {"max_tokens", 6}, {"temperature", 0.7}, {"seed", 3}, {"n", 2}, {"logprobs", true}, {"top_logprobs", 2}};
