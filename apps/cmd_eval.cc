@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/ranges.h>
+
 #include "apps/commands.h"
 #include "apps/progress.h"
 #include "base/error.h"
@@ -58,12 +60,15 @@ struct Score {
     double nll = 0;  // nats, summed over the scored tokens
 };
 
-// -log softmax(row)[target], in double.
-double token_nll(const float* row, int64_t vocab, int32_t target) {
+// log sum exp(row), in double: log softmax(row)[v] = row[v] - log_normalizer(row).
+double log_normalizer(const float* row, int64_t vocab) {
     double mx = *std::max_element(row, row + vocab), z = 0;
     for (int64_t v = 0; v < vocab; ++v) z += std::exp(row[v] - mx);
-    return mx + std::log(z) - row[target];
+    return mx + std::log(z);
 }
+
+// -log softmax(row)[target].
+double token_nll(const float* row, int64_t vocab, int32_t target) { return log_normalizer(row, vocab) - row[target]; }
 
 // Scores tokens 1.. of `ids`, each once: windows of `context` tokens, each after the first
 // starting half a window back so that every scored token sees at least that much context.
@@ -116,19 +121,16 @@ std::vector<Document> jsonl_documents(const tokenizer::Tokenizer& tok, const std
 }
 
 std::vector<Document> token_documents(const std::string& path, const tokenizer::Tokenizer* tok, int64_t vocab) {
-    SafetensorsFile file(path);
-    DI_CHECK(file.contains("input_ids"), "{} has no tensor named input_ids", path);
-    Tensor t = file.tensor("input_ids");
-    DI_CHECK(t.ndim() == 2 && t.dim(1) >= 2 && (t.dtype() == DType::kI64 || t.dtype() == DType::kI32),
-             "{}: input_ids must be int64 [N, L] with L >= 2, got {} {}", path, dtype_name(t.dtype()), t.shape_string());
-    std::vector<Document> docs(static_cast<size_t>(t.dim(0)));
-    for (int64_t r = 0; r < t.dim(0); ++r) {
+    InputIds t = read_input_id_tensor(path);
+    DI_CHECK(t.shape.size() == 2 && t.shape[1] >= 2, "{}: input_ids must be int64 [N, L] with L >= 2, got [{}]", path,
+             fmt::join(t.shape, ", "));
+    int64_t rows = t.shape[0], len = t.shape[1];
+    std::vector<Document> docs(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
         Document& d = docs[static_cast<size_t>(r)];
-        for (int64_t c = 0; c < t.dim(1); ++c) {
-            int64_t v = t.dtype() == DType::kI64 ? t.data<int64_t>()[r * t.dim(1) + c] : t.data<int32_t>()[r * t.dim(1) + c];
-            DI_CHECK(v >= 0 && v < vocab, "{}: input_ids[{}, {}] = {} is not a token id of the model", path, r, c, v);
-            d.ids.push_back(static_cast<int32_t>(v));
-        }
+        d.ids.assign(t.ids.begin() + r * len, t.ids.begin() + (r + 1) * len);
+        for (int64_t c = 0; c < len; ++c)
+            DI_CHECK(d.ids[c] < vocab, "{}: input_ids[{}, {}] = {} is not a token id of the model", path, r, c, d.ids[c]);
         if (tok) d.bytes = static_cast<int64_t>(tok->decode(std::span(d.ids).subspan(1)).size());
     }
     return docs;
@@ -192,13 +194,10 @@ int run_compare(const EvalOptions& o, const std::string& model_dir, model::Causa
     for (int64_t t = 0; t < n; ++t) {
         const float* a = want.data<float>() + t * vocab;
         const float* b = got.data<float>() + t * vocab;
-        double kl = 0, za = 0, zb = 0, ma = *std::max_element(a, a + vocab), mb = *std::max_element(b, b + vocab);
-        for (int64_t v = 0; v < vocab; ++v) {
-            max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[v]) - b[v]));
-            za += std::exp(a[v] - ma), zb += std::exp(b[v] - mb);
-        }
+        double kl = 0, norm_a = log_normalizer(a, vocab), norm_b = log_normalizer(b, vocab);
         for (int64_t v = 0; v < vocab; ++v) {  // KL(reference || ours)
-            double la = a[v] - ma - std::log(za), lb = b[v] - mb - std::log(zb);
+            max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[v]) - b[v]));
+            double la = a[v] - norm_a, lb = b[v] - norm_b;
             kl += std::exp(la) * (la - lb);
         }
         kl_sum += kl, kl_max = std::max(kl_max, kl);

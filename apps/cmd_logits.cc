@@ -1,6 +1,8 @@
 // `deepinfer logits`: fp32 logits of every position of an input sequence, for parity checks.
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "apps/commands.h"
 #include "base/error.h"
 #include "core/safetensors.h"
@@ -35,21 +37,26 @@ void add_logits_command(CLI::App& app, LogitsOptions& o) {
     add_model_run_options(cmd, o.run);
 }
 
-std::vector<int32_t> read_input_ids(const std::string& path) {
+InputIds read_input_id_tensor(const std::string& path) {
     SafetensorsFile file(path);
     DI_CHECK(file.contains("input_ids"), "{} has no tensor named input_ids", path);
     Tensor t = file.tensor("input_ids");
-    DI_CHECK(t.ndim() == 1 || (t.ndim() == 2 && t.dim(0) == 1), "{}: input_ids must have shape [L], got {}", path,
-             t.shape_string());
     DI_CHECK(t.dtype() == DType::kI64 || t.dtype() == DType::kI32, "{}: input_ids must be int64 (or int32), got {}", path,
              dtype_name(t.dtype()));
-    std::vector<int32_t> ids(t.numel());
+    InputIds out{std::vector<int32_t>(t.numel()), t.shape()};
     for (int64_t i = 0; i < t.numel(); ++i) {
         int64_t v = t.dtype() == DType::kI64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i];
         DI_CHECK(v >= 0 && v <= INT32_MAX, "{}: input_ids[{}] = {} is not a token id", path, i, v);
-        ids[i] = static_cast<int32_t>(v);
+        out.ids[i] = static_cast<int32_t>(v);
     }
-    return ids;
+    return out;
+}
+
+std::vector<int32_t> read_input_ids(const std::string& path) {
+    InputIds t = read_input_id_tensor(path);
+    DI_CHECK(t.shape.size() == 1 || (t.shape.size() == 2 && t.shape[0] == 1), "{}: input_ids must have shape [L], got [{}]",
+             path, fmt::join(t.shape, ", "));
+    return std::move(t.ids);
 }
 
 int run_logits(const LogitsOptions& o) {

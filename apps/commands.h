@@ -33,7 +33,13 @@ struct LogitsOptions {
 };
 void add_logits_command(CLI::App& app, LogitsOptions& opts);
 int run_logits(const LogitsOptions& opts);
-// The int64 (or int32) input_ids [L] (or [1, L]) of a safetensors file; throws deepinfer::Error.
+// The int64 (or int32) input_ids of a safetensors file as int32, flat, with their shape; and
+// those of shape [L] (or [1, L]). Throw deepinfer::Error.
+struct InputIds {
+    std::vector<int32_t> ids;
+    std::vector<int64_t> shape;
+};
+InputIds read_input_id_tensor(const std::string& path);
 std::vector<int32_t> read_input_ids(const std::string& path);
 
 struct EvalOptions {

@@ -35,12 +35,14 @@ using namespace deepinfer;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+const std::vector<std::string> kColumns = {"off", "device", "+dram", "+disk", "+redis"};
+
 struct Options {
     std::string model, tokenizer, device = "cpu", small_memory = "24MiB", memory = "1GiB", host_memory = "2GiB";
     std::string disk_dir = "/tmp/deepinfer-prefix-bench", redis_url, json_out, trace;
     int threads = 0, block_size = 16, replay = 140;
     bool deterministic = false;
-    std::vector<std::string> columns = {"off", "device", "+dram", "+disk", "+redis"};
+    std::vector<std::string> columns = kColumns;
     bench::WorkloadShape shape;
 };
 
@@ -241,7 +243,7 @@ int main(int argc, char** argv) {
     app.add_option("--trace", o.trace, "write pass 2's requests as a Chrome trace to this file");
     app.add_option("--columns", o.columns, "columns to run, in order (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"off", "device", "+dram", "+disk", "+redis"}));
+        ->check(CLI::IsMember(kColumns));
     app.add_flag("--deterministic", o.deterministic,
                  "deterministic requests: hits replay the exact length (the model's layers x (window - 1) + 1)");
     CLI11_PARSE(app, argc, argv);
