@@ -313,6 +313,11 @@ int run(int argc, char** argv) {
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
     app.add_option("--context", context, "tokens prefilled before decode");
+    std::string deterministic = "off";
+    app.add_option("--deterministic", deterministic,
+                   "batch-invariant kernels (what --deterministic engines run): off, on or both (each row timed in both "
+                   "modes, one after the other)")
+        ->check(CLI::IsMember({"off", "on", "both"}));
     std::string graphs = "on";
     app.add_option("--graphs", graphs, "decode steps as device graphs: on, off or both (timed one after the other)")
         ->check(CLI::IsMember({"on", "off", "both"}));
@@ -334,6 +339,14 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "bench_forward: %s\n", e.what());
         return 2;
     }
+    std::vector<bool> det_modes;
+    if (deterministic != "on") det_modes.push_back(false);
+    if (deterministic != "off") det_modes.push_back(true);
+    if (deterministic != "off" && !backend->set_batch_invariant(true)) {
+        std::fprintf(stderr, "bench_forward: the %s backend has no batch-invariant mode\n", backend->name());
+        return 2;
+    }
+    auto mode_label = [&](bool det) { return det_modes.size() > 1 || det ? (det ? " det" : " default") : ""; };
     model::Checkpoint ckpt(dir);
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
     model::WeightQuant weight_quant = model::WeightQuant::kNone;
@@ -360,21 +373,28 @@ int run(int argc, char** argv) {
 
     int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);
     int max_batch = *std::max_element(batches.begin(), batches.end());
-    for (int p : prompts) {
+    // The best of two prefills (three with --profile: the second is profiled, not counted).
+    auto time_prefill = [&](int p) {
         double best = 1e30;
         for (int rep = 0; rep < (profile ? 3 : 2); ++rep) {
             Session s{m, model::HybridCache(m.cache_layout(), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
-            bool profiled = profile && rep == 1;  // the second prompt, timed per op (and not counted)
+            bool profiled = profile && rep == 1;
             backend->set_profiling(profiled);
             auto t0 = Clock::now();
             step(s, {random_tokens(rng, p, cfg.vocab_size)});
             if (!profiled) best = std::min(best, seconds_since(t0));
             backend->set_profiling(false);
         }
-        std::printf("| prefill | %d tokens | %.1f tok/s | %.3f s |\n", p, p / best, best);
-        if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
-    }
+        return best;
+    };
+    for (int p : prompts)
+        for (bool det : det_modes) {
+            backend->set_batch_invariant(det);
+            double best = time_prefill(p);
+            std::printf("| prefill | %d tokens%s | %.1f tok/s | %.3f s |\n", p, mode_label(det), p / best, best);
+            if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
+        }
     // Every timed run of decode steps starts from the same prefilled context, so graph modes and
     // variant sets decode at equal lengths.
     auto prefilled = [&](const std::vector<std::vector<int32_t>>& prompt) {
@@ -395,16 +415,18 @@ int run(int argc, char** argv) {
             backend->set_graphs(graphs);
             int rounds = variant_sets.size() > 1 ? 2 : 1;
             for (int round = 0; round < rounds; ++round)
-                for (const VariantSet& set : variant_sets) {
-                    apply(set, *backend);
-                    auto s = prefilled(prompt);
-                    double t = median_decode_step(*s, b, decode_steps, cfg.vocab_size, rng);
-                    std::printf("| decode | batch %d%s%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: %.2f ms; "
-                                "%.1f GFLOP: %.2f ms) | %.2fx floor |\n",
-                                b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", set.label.c_str(), b / t,
-                                t * 1e3, f.seconds() * 1e3, f.bytes / 1e9, f.bytes / bw * 1e3, f.flops / 1e9,
-                                f.flops / gemm_rate * 1e3, t / f.seconds());
-                }
+                for (const VariantSet& set : variant_sets)
+                    for (bool det : det_modes) {
+                        backend->set_batch_invariant(det);
+                        apply(set, *backend);
+                        auto s = prefilled(prompt);
+                        double t = median_decode_step(*s, b, decode_steps, cfg.vocab_size, rng);
+                        std::printf("| decode | batch %d%s%s%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: "
+                                    "%.2f ms; %.1f GFLOP: %.2f ms) | %.2fx floor |\n",
+                                    b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", set.label.c_str(),
+                                    mode_label(det), b / t, t * 1e3, f.seconds() * 1e3, f.bytes / 1e9, f.bytes / bw * 1e3,
+                                    f.flops / 1e9, f.flops / gemm_rate * 1e3, t / f.seconds());
+                    }
         }
         apply(variant_sets.front(), *backend);
         if (profile) print_step_profile(*prefilled(prompt), b, cfg.vocab_size, rng);

@@ -22,6 +22,22 @@ step() { echo "=== $* ===" | tee -a "$log"; }
 run() { timeout "$1" "${@:2}" 2>&1 | tee -a "$log" | tail -40; echo "rc=${PIPESTATUS[0]}" | tee -a "$log"; }
 
 step device; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$log"
+# `gpu_run_cuda.sh determinism [tests|bench]`: deterministic mode only. The batch-invariance kernel
+# tests (and the default kernels' op tests), the engine's determinism tests on CUDA, then flash-dims
+# forward steps in both modes one after the other (the cost of the mode).
+if [ "${1:-}" = determinism ]; then
+    if [ "${2:-}" != bench ]; then
+        step batch-invariant kernels; run 240 $bin/kernel_tests --gtest_filter='*BatchInvariance*:*BackendOps*cuda*'
+        step determinism in the engine on CUDA
+        DEEPINFER_TEST_DEVICE=cuda run 420 $bin/prefix_cache_tests --gtest_filter="${DET_FILTER:-*Determinism*}"
+    fi
+    [ "${2:-}" = tests ] && exit 0
+    rm -rf /tmp/ckpt-*; step "make flash-dims"; run 200 $bin/make_random_v4 --preset flash-dims --out /tmp/ckpt-flash-dims
+    step "forward bench cuda (flash-dims), default vs deterministic"
+    run 400 $bin/bench_forward --model /tmp/ckpt-flash-dims --device cuda --prompt 1024,8192 --batch 1,8,64 \
+        --decode-steps 16 --deterministic both
+    exit 0
+fi
 # SKIP_TESTS=1 goes straight to the benchmark of the mode (e.g. a second call on a warm machine).
 if [ -z "${SKIP_TESTS:-}" ]; then
 # Includes the device sampler against the reference and the host sampler (Backends/SamplingOps.*/cuda).

@@ -224,6 +224,9 @@ public:
     // Whether every op computes a row's result in the same order whatever the batch around it
     // (its size, the row's place, prefill or decode): what deterministic requests need.
     virtual bool batch_invariant() const { return false; }
+    // Asks for batch-invariant ops from now on (a backend with a faster batch-dependent path
+    // switches to one path per op); returns whether the backend is batch-invariant when asked on.
+    virtual bool set_batch_invariant(bool on) { return !on || batch_invariant(); }
     // WeightQuant::kQ8: products with MXFP4 weights quantize their activations to 8-bit blocks (as
     // Q8 weights always do) instead of decoding the weights for fp32 or bf16 activations.
     virtual void set_int8_activations(bool) {}

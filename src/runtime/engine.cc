@@ -93,9 +93,9 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
     backend_ = kernels::make_backend(mc.device, mc.threads);
-    DI_CHECK(!config.deterministic || backend_->batch_invariant(),
-             "deterministic mode: the {} backend's kernels are not batch-invariant yet (a row's result depends on "
-             "the batch around it); use --device cpu",
+    DI_CHECK(!config.deterministic || backend_->set_batch_invariant(true),
+             "deterministic mode: the {} backend's kernels are not batch-invariant (a row's result depends on the "
+             "batch around it); use --device cpu",
              backend_->name());
     model_ = model::load_causal_lm(mc.path, *backend_, {model::parse_weight_quant(mc.quantize), model::parse_precision(mc.precision)});
     DI_CHECK(mc.swa_replay_tokens >= 0 && mc.rollback_tokens >= 0, "swa_replay_tokens and rollback_tokens must be >= 0");
@@ -191,8 +191,8 @@ std::string EngineImpl::check_request(GenerationRequest& r) const {
     if (!bad.empty()) return bad;
     r.deterministic = r.deterministic || config_.deterministic;
     if (r.deterministic && !backend_->batch_invariant())
-        return std::string("deterministic: not supported on the ") + backend_->name() +
-               " backend (its kernels are not batch-invariant yet)";
+        return std::string("deterministic: the ") + backend_->name() +
+               " backend runs batch-dependent kernels unless the engine is started with --deterministic";
     if (r.prompt_tokens.empty()) {
         auto ids = tokenizer_->encode(r.prompt, true);
         if (!ids.ok()) return "prompt: " + ids.status().message();

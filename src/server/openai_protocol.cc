@@ -233,8 +233,8 @@ CompletionCall build_call(const json& j, const std::string& body, bool chat, con
     SamplingParams sampling = sampling_from(j, chat, info.vocab_size);
     bool deterministic = get_field<bool>(j, "deterministic", "a boolean").value_or(false);
     if (deterministic && !info.deterministic_available)
-        throw BadField{"deterministic", "deterministic is not supported on this server's device (its kernels are not "
-                                        "batch-invariant yet)"};
+        throw BadField{"deterministic", "deterministic needs batch-invariant kernels: on this server's device, start "
+                                        "it with --deterministic"};
     std::vector<std::vector<int32_t>> prompts;
     StructuredOutput structured = parse_structured_output(j, body);
     std::optional<std::string> prompt_schema = structured.prompt_schema;

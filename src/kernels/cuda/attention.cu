@@ -134,7 +134,7 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     int n = total_tokens(seqs);
     if (n == 0) return true;
     // Too few (token, head) blocks to fill the GPU: the decode kernel splits the keys over blocks.
-    if (n * heads < 2 * sm_count_ && launch_attention_decode(seqs, a, positions, out_rope, q_prep)) return true;
+    if (!invariant_ && n * heads < 2 * sm_count_ && launch_attention_decode(seqs, a, positions, out_rope, q_prep)) return true;
     if (q_prep.norm || q_prep.rope != nullptr) {  // normalise and rope every query head in one pass first
         Tensor q = a.q.reshape({a.q.dim(0) * heads, d});
         NormRopeJob job{&q, q_prep.norm, nullptr, q_prep.eps, q_prep.rope, heads};

@@ -271,7 +271,7 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, a.keys);
     bool candidates = a.candidates_in.defined() || a.candidates_out.defined();
-    if (!candidates && max_visible <= a.top_k) {  // every visible entry is picked: no scores needed
+    if (!candidates && max_visible <= a.top_k && !invariant_) {  // every visible entry is picked: no scores needed
         IndexParams p{};
         p.seqs = dseqs, p.num_seqs = static_cast<int>(seqs.size()), p.out = a.out.data<int>();
         p.rate = a.rate, p.top_k = a.top_k;
@@ -289,7 +289,8 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     launch_pdl(index_scores_kernel, n, kThreads, smem, stream(), p);
     if (a.candidates_in.defined() || a.candidates_out.defined()) candidate_stage(seqs, a, scores, max_visible);
     // Rank counting costs visible² per row: the lowest latency for decode, but long prefills of
-    // long rows do less work with the argmax rounds (k per row).
+    // long rows do less work with the argmax rounds (k per row). Both pick the same ids in the
+    // same order (score, then lower id), so the choice keeps deterministic mode batch-invariant.
     bool by_rank = max_visible <= kRankMaxVisible && static_cast<double>(n) * max_visible * max_visible <= 2e9;
     if (by_rank)
         launch_pdl(index_rank_topk_kernel, n, 256, 0, stream(), p);

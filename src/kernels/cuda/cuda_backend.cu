@@ -347,18 +347,25 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
     int64_t n = w.dim(0), k = w.dim(-1);
     if (m == 0 || n == 0) return;
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (invariant_ && w.dtype() == DType::kF32) {
+        det_gemm_f32(x, lda, w, y, ldy, m, accumulate);
+        return;
+    }
     if (w.dtype() == DType::kF32) {  // column-major view: Yᵀ (n x m) = W (n x k) · Xᵀ (k x m)
         DI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data<float>(), k, x, lda, &beta, y, ldy));
         return;
     }
     DI_CUDA_REQUIRE(w.dtype() == DType::kBF16, std::string("cuda gemm: unsupported weight dtype ") + dtype_name(w.dtype()));
+    int64_t s = gemm_parts_;
+    if (invariant_) {
+        Tensor xb = split_parts(x, lda, m, k);
+        launch_det_gemm({xb.data<__nv_bfloat16>(), k, m * k, gemm_parts_, m, w.data<__nv_bfloat16>(), n, k, y, ldy, accumulate});
+        return;
+    }
     GemvProduct one{x, &w, y, ldy};
     if (gemv({&one, 1}, lda, m, accumulate)) return;
-    int64_t s = gemm_parts_;
-    Tensor xb = empty(DType::kBF16, {s * m, k});
+    Tensor xb = split_parts(x, lda, m, k);
     float zero = 0.0f;
-    launch_pdl(split_bf16_kernel, blocks_for(m * k, 256), 256, 0, stream_, x, lda, xb.data<__nv_bfloat16>(), m, k,
-               gemm_parts_);
     if (s == 1) {  // activations rounded to bf16 (the fast precision): one product straight into y
         DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
                                      CUDA_R_16BF, k, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -369,6 +376,19 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
                                  CUDA_R_16BF, k, &zero, partial.raw(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     launch_pdl(join_parts_kernel, blocks_for(m * n, 256), 256, 0, stream_, partial.data<float>(), m, n, gemm_parts_, y,
                ldy, accumulate);
+}
+
+bool CudaBackend::all_bf16_weights(std::span<const MatmulTarget> targets) {
+    for (const auto& t : targets)
+        if (t.w->dtype() != DType::kBF16) return false;
+    return true;
+}
+
+Tensor CudaBackend::split_parts(const float* x, int64_t lda, int64_t m, int64_t k) {
+    Tensor xb = empty(DType::kBF16, {gemm_parts_ * m, k});
+    launch_pdl(split_bf16_kernel, blocks_for(m * k, 256), 256, 0, stream_, x, lda, xb.data<__nv_bfloat16>(), m, k,
+               gemm_parts_);
+    return xb;
 }
 
 int CudaBackend::elementwise_blocks(int64_t n) const {
@@ -400,7 +420,14 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
     for (const auto& t : targets) products.push_back({x.data<float>(), t.w, t.y->data<float>(), t.w->dim(0)});
     bool shapes_agree = true;
     for (const auto& t : targets) shapes_agree &= t.w->dim(-1) == k && t.y->numel() == m * t.w->dim(0);
-    if (m == 0 || (shapes_agree && x.numel() == m * k && gemv(products, k, m, false))) return;
+    if (invariant_ && shapes_agree && m > 0 && x.numel() == m * k && all_bf16_weights(targets)) {  // x split once
+        Tensor xb = split_parts(x.data<float>(), k, m, k);
+        for (const auto& t : targets)
+            launch_det_gemm({xb.data<__nv_bfloat16>(), k, m * k, gemm_parts_, m, t.w->data<__nv_bfloat16>(), t.w->dim(0), k,
+                             t.y->data<float>(), t.w->dim(0)});
+        return;
+    }
+    if (m == 0 || (!invariant_ && shapes_agree && x.numel() == m * k && gemv(products, k, m, false))) return;
     for (const auto& t : targets) matmul(x, *t.w, *t.y);
 }
 
@@ -412,7 +439,14 @@ void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, T
     for (int g = 0; g < groups; ++g) blocks.push_back(w.rows(g * rows, (g + 1) * rows));
     std::vector<GemvProduct> products;
     for (int g = 0; g < groups; ++g) products.push_back({x.data<float>() + g * k, &blocks[g], y.data<float>() + g * rows, groups * rows});
-    if (gemv(products, groups * k, m, false)) return;
+    if (invariant_ && w.dtype() == DType::kBF16) {  // x split once; group g's columns start at g * k
+        Tensor xb = split_parts(x.data<float>(), groups * k, m, groups * k);
+        for (int g = 0; g < groups; ++g)
+            launch_det_gemm({xb.data<__nv_bfloat16>() + g * k, groups * k, m * groups * k, gemm_parts_, m,
+                             blocks[g].data<__nv_bfloat16>(), rows, k, y.data<float>() + g * rows, groups * rows});
+        return;
+    }
+    if (!invariant_ && gemv(products, groups * k, m, false)) return;
     for (int g = 0; g < groups; ++g)
         gemm(x.data<float>() + g * k, groups * k, blocks[g], y.data<float>() + g * rows, groups * rows, m);
 }

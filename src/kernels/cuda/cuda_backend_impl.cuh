@@ -64,6 +64,14 @@ public:
 
     Device device() const override { return Device::kCuda; }
     const char* name() const override { return "cuda"; }
+    // Deterministic mode: every op takes one path whatever the batch (det_gemm.cu for products,
+    // the block attention kernel, scored indexer picks, the GEMM form of the mHC mixes, the
+    // device-grouped experts); see docs/architecture.md.
+    bool batch_invariant() const override { return invariant_; }
+    bool set_batch_invariant(bool on) override {
+        invariant_ = on;
+        return true;
+    }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -143,14 +151,38 @@ public:
     // Steps of up to this many tokens compute the mHC mixes split over blocks, in one launch.
     static constexpr int64_t kMaxHcSplitTokens = 64;
     bool gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate);
+    // A batch-invariant product (det_gemm.cu) of bf16 activation parts (part p of row r at
+    // a + p * part_stride + r * lda) and bf16 weights [n, k]: dense over m rows, or grouped by
+    // expert (see DetArgs there).
+    struct DetProduct {
+        const __nv_bfloat16* a;
+        int64_t lda, part_stride;
+        int parts;
+        int64_t m;
+        const __nv_bfloat16* w;  // dense
+        int64_t n, k;
+        float* c;
+        int64_t ldc;
+        bool accumulate = false;
+        const int* order = nullptr;  // grouped
+        const int* offsets = nullptr;
+        int row_div = 1, groups = 1, which = 0;
+        const ExpertRows* experts = nullptr;
+        bool weights_aligned = true;
+    };
+    void launch_det_gemm(const DetProduct& p);
+    void det_gemm_f32(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate);
+    // x's rows as `gemm_parts_` bf16 parts, part-major ([parts, m, k]).
+    Tensor split_parts(const float* x, int64_t lda, int64_t m, int64_t k);
+    static bool all_bf16_weights(std::span<const MatmulTarget> targets);
     cudaStream_t stream() const { return stream_; }
     void set_matmul_precision(MatmulPrecision p) override {
         gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : p == MatmulPrecision::kBf16x2 ? 2 : 1;
     }
     void set_profiling(bool on) override { profiler_.enable(on); }
     // Graph steps are skipped while profiling (the per-op events would land inside the graphs).
-    void begin_graph_step(uint64_t shape) override {
-        if (!profiler_.enabled()) graphs_->begin_step(shape);
+    void begin_graph_step(uint64_t shape) override {  // the mode's kernels differ: graphs of their own
+        if (!profiler_.enabled()) graphs_->begin_step(invariant_ ? shape ^ (uint64_t{1} << 63) : shape);
     }
     void end_graph_step(bool launch) override { graphs_->end_step(launch); }
     void set_graphs(bool on) override { graphs_->set_enabled(on); }
@@ -218,6 +250,10 @@ private:
                       int inter, float limit, Tensor& out);
     void moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, int experts,
                              int inter, float limit, Tensor& out);
+    // Deterministic mode's routed experts (det_gemm.cu's grouped products): pairs grouped by
+    // expert on the device, every pair its own row, slots added in slot order.
+    void moe_experts_invariant(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                               float limit, Tensor& out);
 
     int device_;
     int sm_count_ = 0;
@@ -236,6 +272,7 @@ private:
     std::unique_ptr<GraphRecorder> graphs_;  // on stream_; destroyed before it
     void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
     int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
+    bool invariant_ = false;       // deterministic mode (batch_invariant)
     int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
     // Kernel choices that set_variant can change for A/B measurements (defaults: the measured
     // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,

@@ -604,9 +604,9 @@ void CudaBackend::mix_coefficients(const Tensor& streams, const Tensor& fn, cons
     if (n == 0) return;
     HcPreArgs a{streams.data<float>(), p.norm_eps, base.data<float>(), scale.data<float>(), p.hc, d, p.sinkhorn_iters,
                 p.hc_eps, collapsed, pre, post.data<float>(), comb.data<float>(), norm.weight, norm.eps};
-    bool four = p.hc == 4 && streams.dim(1) == 4 && fn.dtype() == DType::kF32;
+    bool four = p.hc == 4 && streams.dim(1) == 4 && fn.dtype() == DType::kF32 && !invariant_;
     if (four && launch_hc_site(a, n, streams.data<float>(), nullptr, fn.data<float>())) return;
-    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
+    if (four && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
         int splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
         Tensor parts = empty(DType::kF32, {n, splits, width + 1});
         launch_pdl(hc_dots_pre_kernel<24>, dim3(splits, n), kDotsThreads, 0, stream(), a, fn.data<float>(),
@@ -625,7 +625,7 @@ void CudaBackend::hc_post_pre_norm(Tensor& streams, const Tensor& y, Tensor& pos
                                    float eps, Tensor& collapsed) {
     DI_CUDA_OP("hc_post_pre_norm");
     int64_t n = streams.dim(0), d = streams.dim(2), width = (2 + p.hc) * p.hc;
-    if (p.hc != 4 || streams.dim(1) != 4 || fn.dtype() != DType::kF32 || n > kMaxHcSplitTokens) {
+    if (p.hc != 4 || streams.dim(1) != 4 || fn.dtype() != DType::kF32 || n > kMaxHcSplitTokens || invariant_) {
         hc_post(streams, y, post, comb);
         hc_pre_norm(streams, fn, base, scale, p, norm_weight, eps, collapsed, post, comb);
         return;
@@ -654,7 +654,7 @@ void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor&
     DI_CUDA_OP("hc_head");
     int64_t n = streams.dim(0), d = streams.dim(2);
     if (n == 0) return;
-    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0) {
+    if (p.hc == 4 && fn.dtype() == DType::kF32 && n <= kMaxHcSplitTokens && (p.hc * d) % 4 == 0 && !invariant_) {
         int splits = static_cast<int>((p.hc * d + kSplitCols - 1) / kSplitCols);
         Tensor parts = empty(DType::kF32, {n, splits, p.hc + 1});
         launch_pdl(hc_head_dots_kernel<4>, dim3(splits, n), kDotsThreads, 0, stream(), streams.data<float>(),

@@ -198,6 +198,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     // step; 384 pairs 12.8 ms grouped vs 36 ms per-expert GEMMs; 6,144 pairs GEMMs win.
     constexpr int64_t kMaxGroupedPairs = 1024;
     int64_t pairs = n * top_k;
+    if (invariant_ && all_bf16(experts)) {  // other weights: the per-expert loop below is invariant too
+        moe_experts_invariant(x, ids, weights, experts, limit, out);
+        return;
+    }
     bool vector_rows = d % 8 == 0 && experts[0].w1.dim(0) % 8 == 0;
     const ExpertRows* rows_dev =
         vector_rows && pairs <= kMaxGroupedPairs && top_k < kMaxDownSlots ? expert_rows(experts) : nullptr;
@@ -230,7 +234,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         rows[e].push_back(token);
         wts[e].push_back(h_w[i]);
     }
-    if (all_bf16(experts)) {
+    if (all_bf16(experts) && !invariant_) {
         moe_experts_gemm(x, by_expert, static_cast<int>(top_k), experts, limit, out);
         return;
     }
@@ -288,7 +292,7 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
     // One token only: the per-pair kernels read an expert's rows once per token, so for more
     // tokens the shared expert's GEMV (rows read once for all) wins (measured on the H200: batch 8
     // of the flash-dims checkpoint 8.5 ms with it as a slot, 7.7 ms as a GEMV).
-    bool fits = n == 1 && top_k < kMaxDownSlots && d % 8 == 0 && inter % 8 == 0 && all_bf16(one) &&
+    bool fits = !invariant_ && n == 1 && top_k < kMaxDownSlots && d % 8 == 0 && inter % 8 == 0 && all_bf16(one) &&
                 shared.w1.dim(0) == inter;
     const ExpertRows* rows = fits ? expert_rows(experts) : nullptr;
     if (rows == nullptr) {  // longer steps: the shared expert's GEMMs, then the routed path

@@ -132,7 +132,46 @@ __global__ void moe_combine_kernel(const float* y, int top_k, int64_t d, float* 
     }
 }
 
+// out[token] += Σ_slot weight[pair] * y[pair], in slot order (pair = token * top_k + slot).
+__global__ void moe_weighted_combine_kernel(const float* y, const float* weights, int top_k, int64_t d, float* out) {
+    pdl_prologue();
+    int64_t token = blockIdx.x;
+    for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < d; c += gridDim.y * blockDim.x) {
+        float v = 0;
+        for (int s = 0; s < top_k; ++s) v += weights[token * top_k + s] * y[(token * top_k + s) * d + c];
+        out[token * d + c] += v;
+    }
+}
+
 }  // namespace
+
+void CudaBackend::moe_experts_invariant(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                        std::span<const ExpertWeights> experts, float limit, Tensor& out) {
+    int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), pairs = n * top_k;
+    int count = static_cast<int>(experts.size()), inter = static_cast<int>(experts[0].w1.dim(0));
+    const ExpertRows* rows = expert_rows(experts);
+    Tensor index = empty(DType::kI32, {pairs + count + 1});
+    int* order = index.data<int>();
+    int* offsets = order + pairs;
+    launch_pdl(group_pairs_kernel, 1, 1024, 0, stream(), ids.data<int>(), static_cast<int>(pairs), count, order, offsets);
+    bool aligned = d % 8 == 0 && inter % 8 == 0;
+    Tensor xb = split_parts(x.data<float>(), d, n, d);
+    Tensor g = empty(DType::kF32, {pairs, inter}), u = empty(DType::kF32, {pairs, inter});
+    DetProduct up{xb.data<__nv_bfloat16>(), d, n * d, gemm_parts_, pairs, nullptr, inter, d, g.data<float>(), inter};
+    up.order = order, up.offsets = offsets, up.row_div = static_cast<int>(top_k), up.groups = count;
+    up.experts = rows, up.weights_aligned = aligned;
+    launch_det_gemm(up);
+    up.which = 1, up.c = u.data<float>();
+    launch_det_gemm(up);
+    swiglu(g, u, limit, g);
+    Tensor hb = split_parts(g.data<float>(), inter, pairs, inter), y = empty(DType::kF32, {pairs, d});
+    DetProduct down = up;
+    down.a = hb.data<__nv_bfloat16>(), down.lda = inter, down.part_stride = pairs * inter, down.row_div = 1;
+    down.which = 2, down.n = d, down.k = inter, down.c = y.data<float>(), down.ldc = d;
+    launch_det_gemm(down);
+    launch_pdl(moe_weighted_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
+               weights.data<float>(), static_cast<int>(top_k), d, out.data<float>());
+}
 
 void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
                                       int experts, int inter, float limit, Tensor& out) {
