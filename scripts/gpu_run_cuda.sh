@@ -36,6 +36,15 @@ if [ "${1:-}" = determinism ]; then
     step "forward bench cuda (flash-dims), default vs deterministic"
     run 400 $bin/bench_forward --model /tmp/ckpt-flash-dims --device cuda --prompt 1024,8192 --batch 1,8,64 \
         --decode-steps 16 --deterministic both
+    # The engine end to end (greedy, 512 in / 128 out), each concurrency in both modes.
+    for c in 1 64; do
+        for mode in "" --deterministic; do
+            step "engine bench cuda (flash-dims), concurrency $c ${mode:-default}"
+            run 300 $bin/deepinfer bench --model /tmp/ckpt-flash-dims --tokenizer models/deepseek-v4-tokenizer --device cuda \
+                --cache-memory 16GiB --max-sequences 64 --num-prompts $((c == 1 ? 8 : 128)) --input-len 512 \
+                --output-len 128 --concurrency $c $mode
+        done
+    done
     exit 0
 fi
 # SKIP_TESTS=1 goes straight to the benchmark of the mode (e.g. a second call on a warm machine).

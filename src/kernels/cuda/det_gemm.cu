@@ -5,7 +5,8 @@
 // - bf16 weights: tensor cores (mma m16n8k16, fp32 accumulation) on the activations' bf16 parts.
 //   A block's kGroups warps take k in slices of 32, interleaved (warp w: slices w, w + kGroups,
 //   ...); each warp chains its slices in order (within a slice the parts in order, two mma each),
-//   and the warps' sums are added in warp order. Tile sizes along m and n change with the row
+//   and the warps' sums are added in warp order. Eight warps keep each warp's chain short, which
+//   is what a decode row waits for. Tile sizes along m and n change with the row
 //   count (more blocks for decode, reuse for prefill) but never the chain.
 // - Each lane loads 8 consecutive k of a row (16 bytes) and feeds them to mma k-slots
 //   {2t, 2t+1, 2t+8, 2t+9} of two instructions; activations and weights use the same slot map, so
@@ -17,7 +18,7 @@
 namespace deepinfer::kernels::cuda {
 namespace {
 
-constexpr int kGroups = 4;  // warps per block = k interleave; part of the order, never changes
+constexpr int kGroups = 8;  // warps per block = k interleave; part of the order, never changes
 constexpr int kSlice = 32;  // k per warp load: 8 per lane, 4 lanes per row
 constexpr int kThreads = 32 * kGroups;
 
@@ -77,46 +78,55 @@ __device__ __forceinline__ const __nv_bfloat16* weights_of(const DetArgs& a, int
     return a.which == 0 ? e.w1 : a.which == 1 ? e.w3 : e.w2;
 }
 
-// One m tile x n tile of a group: the warp's chain over its k slices into acc. The weights of U
-// slices are loaded before their products (decode streams weights: loads in flight); the chain's
-// order is the same for every U.
-template <int MW, int NW, int U>
+// One m tile x n tile of a group: the warp's chain over its k slices into acc. The weights and
+// activations of U slices are loaded before their products (a decode row waits on the loads, not
+// on the tensor cores); the chain's order is the same for every U. P: activation parts; H: halves
+// of each 16-row tile that can hold rows (1 when at most 8 rows: fewer registers, more blocks).
+template <int MW, int NW, int U, int P, int H>
 __device__ __forceinline__ void tile_chain(const DetArgs& a, const __nv_bfloat16* (&arow)[MW][2], const bool (&aok)[MW][2],
                                            const __nv_bfloat16* (&wrow)[NW], const bool (&wok)[NW], float (&acc)[MW][NW][4]) {
     constexpr int64_t kStride = kGroups * kSlice;
     int warp = threadIdx.x / 32, t = threadIdx.x % 4;
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int64_t s = static_cast<int64_t>(warp) * kSlice; s < a.k; s += U * kStride) {
-        uint4 b[U][NW];
+        uint4 b[U][NW], av[U][P][MW][H];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             int64_t k0 = s + u * kStride + 8 * t;
-            for (int ni = 0; ni < NW; ++ni) b[u][ni] = wok[ni] && k0 < a.k ? load8(wrow[ni], k0, a.k, a.vec) : zero;
+            bool in = k0 < a.k;
+            for (int ni = 0; ni < NW; ++ni) b[u][ni] = wok[ni] && in ? load8(wrow[ni], k0, a.k, a.vec) : zero;
+#pragma unroll
+            for (int p = 0; p < P; ++p)
+                for (int mi = 0; mi < MW; ++mi)
+                    for (int h = 0; h < H; ++h)
+                        av[u][p][mi][h] = aok[mi][h] && in
+                                              ? load8(arow[mi][h] + p * a.part_stride, k0, a.k, a.vec)
+                                              : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (s + u * kStride >= a.k) break;  // the same for the whole warp
-            int64_t k0 = s + u * kStride + 8 * t;
-            for (int p = 0; p < a.parts; ++p) {
-                uint4 av[MW][2];
-                for (int mi = 0; mi < MW; ++mi)
-                    for (int h = 0; h < 2; ++h)
-                        av[mi][h] = aok[mi][h] && k0 < a.k ? load8(arow[mi][h] + p * a.part_stride, k0, a.k, a.vec) : zero;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
                 for (int mi = 0; mi < MW; ++mi)
                     for (int ni = 0; ni < NW; ++ni) {
-                        mma_bf16(acc[mi][ni], av[mi][0].x, av[mi][1].x, av[mi][0].y, av[mi][1].y, b[u][ni].x, b[u][ni].y);
-                        mma_bf16(acc[mi][ni], av[mi][0].z, av[mi][1].z, av[mi][0].w, av[mi][1].w, b[u][ni].z, b[u][ni].w);
+                        const uint4& x0 = av[u][p][mi][0];
+                        const uint4 x1 = H == 2 ? av[u][p][mi][H - 1] : zero;
+                        const uint4& w = b[u][ni];
+                        mma_bf16(acc[mi][ni], x0.x, x1.x, x0.y, x1.y, w.x, w.y);
+                        mma_bf16(acc[mi][ni], x0.z, x1.z, x0.w, x1.w, w.z, w.w);
                     }
             }
         }
     }
 }
 
-template <int MW, int NW, int U>
+template <int MW, int NW, int U, int P, int H>
 __global__ void __launch_bounds__(kThreads) det_gemm_kernel(DetArgs a) {
     pdl_prologue();
-    constexpr int MT = 16 * MW, NT = 8 * NW;
-    __shared__ float red[kGroups][MT * NT];
+    static_assert(H == 2 || MW == 1, "half tiles of one 16-row block only");
+    constexpr int MT = 8 * H * MW, NT = 8 * NW;  // H = 1: rows 8-15 of the mma tile are zeros
+    __shared__ float red[MT * NT];
     int group = 0, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int64_t begin = 0, count = a.m, m0 = static_cast<int64_t>(blockIdx.y) * MT;
     if (a.offsets != nullptr) {
@@ -139,21 +149,27 @@ __global__ void __launch_bounds__(kThreads) det_gemm_kernel(DetArgs a) {
     for (int mi = 0; mi < MW; ++mi)
         for (int h = 0; h < 2; ++h) {
             int64_t i = m0 + 16 * mi + 8 * h + g;
-            aok[mi][h] = i < count;
+            aok[mi][h] = h < H && i < count;
             int64_t r = aok[mi][h] ? (a.order ? a.order[begin + i] / a.row_div : i) : 0;
             arow[mi][h] = a.a + r * a.lda;
         }
     float acc[MW][NW][4] = {};
-    tile_chain<MW, NW, U>(a, arow, aok, wrow, wok, acc);
-    for (int mi = 0; mi < MW; ++mi)
-        for (int ni = 0; ni < NW; ++ni)
-            for (int q = 0; q < 4; ++q) red[warp][(16 * mi + g + 8 * (q / 2)) * NT + 8 * ni + 2 * t + q % 2] = acc[mi][ni][q];
-    __syncthreads();
+    tile_chain<MW, NW, U, P, H>(a, arow, aok, wrow, wok, acc);
+    // The warps' sums, added in warp order into one tile.
+    for (int q = 0; q < kGroups; ++q) {
+        if (warp == q)
+            for (int mi = 0; mi < MW; ++mi)
+                for (int ni = 0; ni < NW; ++ni)
+                    for (int c = 0; c < 2 * H; ++c) {
+                        float& r = red[(16 * mi + g + 8 * (c / 2)) * NT + 8 * ni + 2 * t + c % 2];
+                        r = q == 0 ? acc[mi][ni][c] : r + acc[mi][ni][c];
+                    }
+        __syncthreads();
+    }
     for (int e = threadIdx.x; e < MT * NT; e += kThreads) {
         int64_t i = m0 + e / NT, n = n0 + e % NT;
         if (i >= count || n >= a.n) continue;
-        float v = red[0][e];
-        for (int q = 1; q < kGroups; ++q) v += red[q][e];
+        float v = red[e];
         float* out = a.c + (a.order ? a.order[begin + i] : i) * a.ldc + n;
         *out = a.accumulate ? *out + v : v;
     }
@@ -228,11 +244,21 @@ void CudaBackend::launch_det_gemm(const DetProduct& p) {
         launch_pdl(kernel, dim3(blocks_for(p.n, nt), static_cast<unsigned>(tiles)), kThreads, 0, stream_, a);
     };
     int64_t wide = 2 * sm_count_;  // n tiles that fill the GPU twice over
-    if (rows <= 16 && p.n >= 32 * wide) launch(det_gemm_kernel<1, 4, 8>, 16, 32);
-    else if (rows <= 16 && p.n >= 16 * wide) launch(det_gemm_kernel<1, 2, 8>, 16, 16);
-    else if (rows <= 16) launch(det_gemm_kernel<1, 1, 8>, 16, 8);
-    else if (rows <= 32) launch(det_gemm_kernel<2, 4, 4>, 32, 32);
-    else launch(det_gemm_kernel<4, 4, 2>, 64, 32);
+    auto pick = [&]<int MW, int NW, int U, int H>() {
+        if (p.parts == 1) launch(det_gemm_kernel<MW, NW, U, 1, H>, 8 * H * MW, 8 * NW);
+        else if (p.parts == 2) launch(det_gemm_kernel<MW, NW, U, 2, H>, 8 * H * MW, 8 * NW);
+        else launch(det_gemm_kernel<MW, NW, (U > 1 ? U / 2 : 1), 3, H>, 8 * H * MW, 8 * NW);
+    };
+    auto few_rows = [&]<int H>() {
+        if (p.n >= 32 * wide) pick.template operator()<1, 4, 4, H>();
+        else if (p.n >= 16 * wide) pick.template operator()<1, 2, 4, H>();
+        else pick.template operator()<1, 1, 4, H>();
+    };
+    DI_CUDA_REQUIRE(p.parts >= 1 && p.parts <= 3, "det_gemm: 1 to 3 activation parts");
+    if (rows <= 8) few_rows.template operator()<1>();
+    else if (rows <= 16) few_rows.template operator()<2>();
+    else if (rows <= 32) pick.template operator()<2, 4, 2, 2>();
+    else pick.template operator()<4, 4, 2, 2>();
 }
 
 void CudaBackend::det_gemm_f32(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate) {
