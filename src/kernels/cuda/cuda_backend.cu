@@ -439,11 +439,12 @@ void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, T
     for (int g = 0; g < groups; ++g) blocks.push_back(w.rows(g * rows, (g + 1) * rows));
     std::vector<GemvProduct> products;
     for (int g = 0; g < groups; ++g) products.push_back({x.data<float>() + g * k, &blocks[g], y.data<float>() + g * rows, groups * rows});
-    if (invariant_ && w.dtype() == DType::kBF16) {  // x split once; group g's columns start at g * k
+    if (invariant_ && w.dtype() == DType::kBF16) {  // x split once; group g's columns start at g * k; one launch
         Tensor xb = split_parts(x.data<float>(), groups * k, m, groups * k);
-        for (int g = 0; g < groups; ++g)
-            launch_det_gemm({xb.data<__nv_bfloat16>() + g * k, groups * k, m * groups * k, gemm_parts_, m,
-                             blocks[g].data<__nv_bfloat16>(), rows, k, y.data<float>() + g * rows, groups * rows});
+        DetProduct p{xb.data<__nv_bfloat16>(), groups * k, m * groups * k, gemm_parts_, m, w.data<__nv_bfloat16>(), rows, k,
+                     y.data<float>(), groups * rows};
+        p.products = groups, p.z_a = k, p.z_w = rows * k, p.z_c = rows;
+        launch_det_gemm(p);
         return;
     }
     if (!invariant_ && gemv(products, groups * k, m, false)) return;

@@ -167,6 +167,8 @@ public:
         const int* order = nullptr;  // grouped
         const int* offsets = nullptr;
         int row_div = 1, groups = 1, which = 0;
+        int products = 1;  // dense: products side by side, product z's a, w and c offset by z times these
+        int64_t z_a = 0, z_w = 0, z_c = 0;
         const ExpertRows* experts = nullptr;
         bool weights_aligned = true;
     };

@@ -38,6 +38,7 @@ struct DetArgs {
     int which;  // 0: w1, 1: w3, 2: w2
     const int2* tiles;
     const int* tile_count;
+    int64_t z_a, z_w, z_c;  // dense products side by side (grid z): a, w and c offsets per product
     const __nv_bfloat16* w;
     int64_t n, k;
     float* c;
@@ -136,6 +137,9 @@ __global__ void __launch_bounds__(kThreads) det_gemm_kernel(DetArgs a) {
         begin = a.offsets[group], count = a.offsets[group + 1] - begin;
     }
     const __nv_bfloat16* w = weights_of(a, group);
+    if (a.offsets == nullptr) {  // dense: product z of the launch
+        a.a += blockIdx.z * a.z_a, w += blockIdx.z * a.z_w, a.c += blockIdx.z * a.z_c;
+    }
     int64_t n0 = static_cast<int64_t>(blockIdx.x) * NT;
     const __nv_bfloat16* wrow[NW];
     bool wok[NW];
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) det_gemm_kernel(DetArgs a) {
 
 // fp32 weights: y[i, r] over R weight rows and MR rows of x per block; thread j adds k in runs
 // of 4 (j*4 + 1024 s ...), then lanes by butterfly, then warps in order.
-constexpr int kF32Threads = 256;
+constexpr int kF32Threads = 512;  // threads per k: short chains for one row
 
 template <int R, int MR>
 __global__ void __launch_bounds__(kF32Threads) det_gemm_f32_kernel(const float* x, int64_t lda, const float* w, int64_t n,
@@ -186,6 +190,7 @@ __global__ void __launch_bounds__(kF32Threads) det_gemm_f32_kernel(const float* 
     pdl_prologue();
     int64_t r0 = static_cast<int64_t>(blockIdx.x) * R, m0 = static_cast<int64_t>(blockIdx.y) * MR;
     float acc[R][MR] = {};
+#pragma unroll 4
     for (int64_t c = threadIdx.x * 4; c < k; c += kF32Threads * 4) {
         float wv[R][4], xv[MR][4];
         auto load4 = [&](const float* p, float (&v)[4]) {
@@ -225,9 +230,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 void CudaBackend::launch_det_gemm(const DetProduct& p) {
     DetArgs a{p.a, p.lda, p.part_stride, p.parts, p.m, p.order, p.offsets, p.row_div, p.experts, p.which, nullptr, nullptr,
-              p.w, p.n, p.k, p.c, p.ldc, p.accumulate, false};
-    a.vec = p.k % 8 == 0 && p.lda % 8 == 0 && p.part_stride % 8 == 0 && aligned16(p.a) && (p.w == nullptr || aligned16(p.w)) &&
-            p.weights_aligned;
+              p.z_a, p.z_w, p.z_c, p.w, p.n, p.k, p.c, p.ldc, p.accumulate, false};
+    a.vec = p.k % 8 == 0 && p.lda % 8 == 0 && p.part_stride % 8 == 0 && p.z_a % 8 == 0 && p.z_w % 8 == 0 && aligned16(p.a) &&
+            (p.w == nullptr || aligned16(p.w)) && p.weights_aligned;
     // Tiles by rows per group (the chain is the same for all): few rows favour many blocks over n.
     int64_t rows = p.offsets ? (p.m + p.groups - 1) / p.groups : p.m;
     auto launch = [&](auto kernel, int mt, int nt) {
@@ -241,7 +246,8 @@ void CudaBackend::launch_det_gemm(const DetProduct& p) {
             launch_pdl(det_tiles_kernel, 1, 32, 0, stream_, p.offsets, p.groups, mt,
                        reinterpret_cast<int2*>(list.raw()), list.data<int>() + 2 * tiles);
         }
-        launch_pdl(kernel, dim3(blocks_for(p.n, nt), static_cast<unsigned>(tiles)), kThreads, 0, stream_, a);
+        unsigned z = p.offsets ? 1 : static_cast<unsigned>(p.products);
+        launch_pdl(kernel, dim3(blocks_for(p.n, nt), static_cast<unsigned>(tiles), z), kThreads, 0, stream_, a);
     };
     int64_t wide = 2 * sm_count_;  // n tiles that fill the GPU twice over
     auto pick = [&]<int MW, int NW, int U, int H>() {
