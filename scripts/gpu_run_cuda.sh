@@ -59,9 +59,8 @@ step V4.1 replay and prefix sharing in the engine on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 120 $bin/model_tests --gtest_filter='V41ReplayEngine*'
 # Hits from the device pool, host memory (side-stream copies), the disk and Redis give the same
 # tokens and logprobs bit for bit as without the cache (the Redis cases skip without redis-server).
-# On CUDA the v4_tiny cases (exactness, and the fault tests, which use v4_tiny) differ in the last bits (2026-12-03, H200: logprob differences ~1e-5):
-# the replayed rows run in other batch shapes, and the CUDA kernels are not batch-invariant yet
-# (issue 23); V4.1 and deepinfer-nano cases pass bit for bit.
+# On CUDA the v4_tiny cases run the engine's deterministic mode (batch-invariant kernels): with
+# the default kernels its replayed rows, run in other batch shapes, move in the last bits.
 step prefix cache exactness and faults on CUDA
 DEEPINFER_TEST_DEVICE=cuda run 300 $bin/prefix_cache_tests
 # Device sampling: the time to choose one token per 129,280-logit row and bring the ids back, next

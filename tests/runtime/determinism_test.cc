@@ -295,7 +295,8 @@ TEST(DeterminismOptions, OnCudaARequestNeedsTheEnginesMode) {
     EngineConfig c = m.config(false);
     c.deterministic = true;
     EXPECT_TRUE(Engine::create(c)->deterministic_available());
-    auto e = Engine::create(m.config(false));
+    c.deterministic = false;
+    auto e = Engine::create(c);
     EXPECT_FALSE(e->deterministic_available());
     GenerationRequest r;
     r.prompt_tokens = {1, 2, 3};

@@ -39,6 +39,10 @@ struct CachedModel {
         c.cache.max_sequences = 2;
         c.cache.block_size = block_size;
         c.cache.prefix.enabled = cache;
+        // On CUDA the random V4 fixture's logits move in the last bits with the batch shape in
+        // which replayed rows run; its comparisons with and without the cache need the
+        // batch-invariant kernels (V4.1 and the bundled model match bit for bit either way).
+        c.deterministic = device() != "cpu" && name == "v4_tiny";
         return c;
     }
     // The cache memory that holds `tokens` positions for each of 2 sequences.
