@@ -1,5 +1,5 @@
-// `deepinfer bench`: offline throughput. N requests of random prompt tokens (fixed input and output
-// lengths, EOS ignored) kept at a given concurrency; prints requests/s, input and output tokens/s,
+// `deepinfer bench`: offline throughput. N requests of random prompt tokens, or pieces of given text
+// files (fixed input and output lengths, EOS ignored) kept at a given concurrency; prints requests/s, input and output tokens/s,
 // and TTFT / TPOT percentiles (--json for machines). With --json-schema / --regex / --grammar it
 // runs two passes in one process after a short warm-up: constrained, then unconstrained with each
 // request generating exactly as many tokens as its constrained twin did (a grammar's end stops a
@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -31,6 +33,10 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     cmd->add_option("--seed", o.seed, "prompt and sampling seed");
     cmd->add_option("--temperature", o.temperature, "sampling temperature (0 = greedy, chosen on the device)")->check(CLI::NonNegativeNumber);
     cmd->add_flag("--json", o.json, "print one JSON object");
+    cmd->add_option("--prompts-from", o.prompt_files,
+                    "text files: prompts are consecutive pieces of --input-len tokens of them, file after file "
+                    "(default: random tokens)")
+        ->check(CLI::ExistingFile);
     add_engine_options(cmd, o.engine);
     add_grammar_options(cmd, o.grammar);
 }
@@ -95,7 +101,40 @@ nlohmann::json prefix_cache_json(const PrefixCacheStats& p) {
             {"hit_rate", p.lookup_tokens > 0 ? static_cast<double>(p.hit_tokens) / p.lookup_tokens : 0.0}, {"tiers", tiers}};
 }
 
+// `count` prompts of `len` tokens: consecutive pieces of the files' tokens, file after file, again
+// from the first when they run out.
+std::vector<std::vector<int32_t>> prompts_from_files(const Engine& engine, const std::vector<std::string>& files, int count, int len) {
+    std::vector<std::vector<int32_t>> pieces;
+    for (const auto& f : files) {
+        std::ifstream in(f, std::ios::binary);
+        DI_CHECK(in.good(), "cannot read {}", f);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::vector<int32_t> ids = engine.tokenize(text, true);
+        for (size_t at = 0; at + static_cast<size_t>(len) <= ids.size(); at += static_cast<size_t>(len))
+            pieces.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(at), ids.begin() + static_cast<std::ptrdiff_t>(at) + len);
+    }
+    DI_CHECK(!pieces.empty(), "--prompts-from: no file holds {} tokens", len);
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < count; ++i) out.push_back(pieces[static_cast<size_t>(i) % pieces.size()]);
+    return out;
+}
+
 // One pass over the prompts at the configured concurrency.
+// What speculative decoding did in a pass: verifications, drafts, kept drafts (in total and per
+// draft position) and the mean tokens a verification delivered.
+nlohmann::json speculative_delta(const SpeculativeStats& now, const SpeculativeStats& before) {
+    int64_t v = now.verifications - before.verifications, kept = now.accepted_tokens - before.accepted_tokens;
+    nlohmann::json rate = nlohmann::json::array();
+    for (size_t i = 0; i < now.proposed_at.size(); ++i) {
+        int64_t proposed = now.proposed_at[i] - (i < before.proposed_at.size() ? before.proposed_at[i] : 0);
+        int64_t accepted = now.accepted_at[i] - (i < before.accepted_at.size() ? before.accepted_at[i] : 0);
+        rate.push_back(proposed > 0 ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0);
+    }
+    return {{"verifications", v}, {"draft_tokens", now.draft_tokens - before.draft_tokens}, {"accepted_tokens", kept},
+            {"mean_tokens_per_verification", v > 0 ? static_cast<double>(kept + v) / static_cast<double>(v) : 0.0},
+            {"acceptance_by_position", rate}};
+}
+
 nlohmann::json run_pass(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, const BenchOptions& o,
                         std::vector<int>& output_lens, const GrammarSpec& grammar, bool progress) {
     int num = static_cast<int>(prompts.size());
@@ -143,7 +182,8 @@ nlohmann::json run_pass(Engine& engine, const std::vector<std::vector<int32_t>>&
             {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p90", percentile(tpot, 0.9)}, {"p99", percentile(tpot, 0.99)}}},
             {"engine_steps", st.steps - before.steps}, {"preemptions", st.preemptions - before.preemptions},
             {"grammar_masks", st.grammar_masks - before.grammar_masks},
-            {"grammar_late_masks", st.grammar_late_masks - before.grammar_late_masks}};
+            {"grammar_late_masks", st.grammar_late_masks - before.grammar_late_masks},
+            {"speculative", speculative_delta(st.speculative, before.speculative)}};
 }
 
 void print_pass(const char* title, const nlohmann::json& j, int num_prompts) {
@@ -156,6 +196,14 @@ void print_pass(const char* title, const nlohmann::json& j, int num_prompts) {
     std::printf("TPOT ms: p50 %.1f  p90 %.1f  p99 %.1f\n", j["tpot_ms"]["p50"].get<double>(), j["tpot_ms"]["p90"].get<double>(),
                 j["tpot_ms"]["p99"].get<double>());
     std::printf("engine: %ld steps, %ld preemptions\n", j["engine_steps"].get<long>(), j["preemptions"].get<long>());
+    const nlohmann::json& sp = j["speculative"];
+    if (sp["verifications"].get<long>() > 0) {
+        std::printf("speculative: %ld verifications, %ld of %ld drafts kept, %.2f tokens per verification; kept by position:",
+                    sp["verifications"].get<long>(), sp["accepted_tokens"].get<long>(), sp["draft_tokens"].get<long>(),
+                    sp["mean_tokens_per_verification"].get<double>());
+        for (const auto& r : sp["acceptance_by_position"]) std::printf(" %.2f", r.get<double>());
+        std::printf("\n");
+    }
     if (j["grammar_masks"].get<long>() > 0)
         std::printf("grammar: %ld token masks, %ld late (past the step's deadline)\n", j["grammar_masks"].get<long>(),
                     j["grammar_late_masks"].get<long>());
@@ -172,6 +220,7 @@ int run_bench(BenchOptions& o, const std::string& log_level) {
     }
     std::mt19937_64 rng(o.seed);
     auto random_prompts = [&] {
+        if (!o.prompt_files.empty()) return prompts_from_files(*engine, o.prompt_files, o.num_prompts, o.input_len);
         std::vector<std::vector<int32_t>> prompts(o.num_prompts);
         for (auto& p : prompts)
             for (int i = 0; i < o.input_len; ++i) p.push_back(static_cast<int32_t>(rng() % engine->vocab_size()));

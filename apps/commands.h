@@ -65,6 +65,7 @@ struct BenchOptions {
     uint64_t seed = 0;
     float temperature = 1.0f;
     bool json = false;
+    std::vector<std::string> prompt_files;  // prompts cut from these texts instead of random tokens
     EngineFlags engine;
     GrammarFlags grammar;  // given: an unconstrained and a constrained pass, compared
 };

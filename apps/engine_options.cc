@@ -55,6 +55,18 @@ void add_prefix_cache_options(CLI::App* cmd, EngineFlags& f) {
         ->check(CLI::PositiveNumber);
 }
 
+void add_speculative_options(CLI::App* cmd, SpeculativeConfig& s) {
+    cmd->add_option("--speculative", s.method,
+                    "speculative decoding: off, or ngram (drafts looked up in the sequence's own earlier tokens); "
+                    "the output is the same as without it")
+        ->check(CLI::IsMember({"off", "ngram", "dspark", "mtp"}));
+    cmd->add_option("--num-draft-tokens", s.num_draft_tokens, "drafted tokens verified per step and sequence (1-64)")
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--ngram-min", s.ngram_min, "shortest suffix the n-gram drafter matches")->check(CLI::PositiveNumber);
+    cmd->add_option("--ngram-max", s.ngram_max, "longest suffix the n-gram drafter matches (tried first)")
+        ->check(CLI::PositiveNumber);
+}
+
 }  // namespace
 
 void add_engine_options(CLI::App* cmd, EngineFlags& f) {
@@ -81,7 +93,7 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_flag("--no-async", f.no_async, "plan each step only after the previous one finished");
     cmd->add_flag("--deterministic", c.deterministic,
                   "every request gets the same tokens and logprobs whatever else runs (a fixed seed unless given; "
-                  "exact replays after prefix-cache hits); CPU only");
+                  "exact replays after prefix-cache hits); batch-invariant kernels on CUDA");
     cmd->add_option("--trace", c.trace_path, "write a Chrome-trace / Perfetto JSON of the engine's steps to this file at exit");
     cmd->add_option("--swa-replay-tokens", c.model.swa_replay_tokens,
                     "DeepSeek-V4.1: layers after the last KV source prefill only the last N prompt tokens (0 = off)")
@@ -101,6 +113,7 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--rollback-tokens", c.model.rollback_tokens,
                     "tokens a step may later roll back; --swa-replay-tokens must cover the window plus these")
         ->check(CLI::NonNegativeNumber);
+    add_speculative_options(cmd, c.speculative);
 }
 
 EngineConfig finish_engine_config(EngineFlags& f, const std::string& log_level) {

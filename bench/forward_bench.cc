@@ -210,12 +210,13 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) 
     return t;
 }
 
-// Median wall time of `steps` decode steps of one random token per sequence.
-double median_decode_step(Session& s, int batch, int steps, int64_t vocab, std::mt19937& rng) {
+// Median wall time of `steps` decode steps of `tokens` random tokens per sequence (more than one:
+// a speculative verification step, the sequence's last token and its drafts).
+double median_decode_step(Session& s, int batch, int steps, int64_t vocab, std::mt19937& rng, int tokens = 1) {
     std::vector<double> times;
     for (int i = 0; i < steps; ++i) {
         std::vector<std::vector<int32_t>> next;
-        for (int j = 0; j < batch; ++j) next.push_back(random_tokens(rng, 1, vocab));
+        for (int j = 0; j < batch; ++j) next.push_back(random_tokens(rng, tokens, vocab));
         auto t0 = Clock::now();
         step(s, next);
         times.push_back(seconds_since(t0));
@@ -299,7 +300,7 @@ int run(int argc, char** argv) {
     std::string dir, device = "cpu";
     int threads = 0, decode_steps = 16, context = 128;
     bool profile = false;
-    std::vector<int> prompts = {128, 512}, batches = {1, 4};
+    std::vector<int> prompts = {128, 512}, batches = {1, 4}, verify = {1};
     app.add_option("--model", dir)->required();
     app.add_option("--threads", threads);
     app.add_option("--device", device, "cpu, cuda or cuda:N");
@@ -312,6 +313,11 @@ int run(int argc, char** argv) {
     app.add_option("--prompt", prompts, "prefill lengths")->delimiter(',');
     app.add_option("--batch", batches, "decode batch sizes")->delimiter(',');
     app.add_option("--decode-steps", decode_steps);
+    app.add_option("--verify-tokens", verify,
+                   "tokens per sequence and decode step (above 1: speculative verification of that many - 1 drafts; "
+                   "the step rate at each is the verify cost SPS(B))")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 64));
     app.add_option("--context", context, "tokens prefilled before decode");
     std::string deterministic = "off";
     app.add_option("--deterministic", deterministic,
@@ -371,7 +377,8 @@ int run(int argc, char** argv) {
                 dir.c_str(), backend->name(), cfg.num_hidden_layers, static_cast<long>(cfg.hidden_size), cfg.n_routed_experts,
                 cfg.num_experts_per_tok, pool.num_threads(), bw / 1e9, gemm_rate / 1e9);
 
-    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps + 8);
+    int max_verify = *std::max_element(verify.begin(), verify.end());
+    int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps * max_verify + 8);
     int max_batch = *std::max_element(batches.begin(), batches.end());
     // The best of two prefills (three with --profile: the second is profiled, not counted).
     auto time_prefill = [&](int p) {
@@ -407,10 +414,11 @@ int run(int argc, char** argv) {
         step(*s, prompt);
         return s;
     };
-    for (int b : batches) {
-        std::vector<std::vector<int32_t>> prompt;
-        for (int i = 0; i < b; ++i) prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
-        DecodeFloor f = decode_floor(cfg, wb, b, context, bw, gemm_rate);
+    // Rows of `b` sequences decoding `v` tokens each per step, in every graph / variant / mode.
+    auto decode_rows = [&](int b, int v, const std::vector<std::vector<int32_t>>& prompt) {
+        // A verification step computes b * v tokens: its floor is that batch's, roughly.
+        DecodeFloor f = decode_floor(cfg, wb, b * v, context, bw, gemm_rate);
+        std::string verify_label = verify.size() > 1 || v > 1 ? " verify " + std::to_string(v) : "";
         for (bool graphs : graph_modes) {
             backend->set_graphs(graphs);
             int rounds = variant_sets.size() > 1 ? 2 : 1;
@@ -420,14 +428,19 @@ int run(int argc, char** argv) {
                         backend->set_batch_invariant(det);
                         apply(set, *backend);
                         auto s = prefilled(prompt);
-                        double t = median_decode_step(*s, b, decode_steps, cfg.vocab_size, rng);
-                        std::printf("| decode | batch %d%s%s%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: "
+                        double t = median_decode_step(*s, b, decode_steps, cfg.vocab_size, rng, v);
+                        std::printf("| decode | batch %d%s%s%s%s | %.2f tok/s | step %.2f ms | floor %.2f ms (%.2f GB read: "
                                     "%.2f ms; %.1f GFLOP: %.2f ms) | %.2fx floor |\n",
-                                    b, graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "", set.label.c_str(),
-                                    mode_label(det), b / t, t * 1e3, f.seconds() * 1e3, f.bytes / 1e9, f.bytes / bw * 1e3,
-                                    f.flops / 1e9, f.flops / gemm_rate * 1e3, t / f.seconds());
+                                    b, verify_label.c_str(), graph_modes.size() > 1 ? (graphs ? " graphs" : " eager") : "",
+                                    set.label.c_str(), mode_label(det), b * v / t, t * 1e3, f.seconds() * 1e3, f.bytes / 1e9,
+                                    f.bytes / bw * 1e3, f.flops / 1e9, f.flops / gemm_rate * 1e3, t / f.seconds());
                     }
         }
+    };
+    for (int b : batches) {
+        std::vector<std::vector<int32_t>> prompt;
+        for (int i = 0; i < b; ++i) prompt.push_back(random_tokens(rng, context, cfg.vocab_size));
+        for (int v : verify) decode_rows(b, v, prompt);
         apply(variant_sets.front(), *backend);
         if (profile) print_step_profile(*prefilled(prompt), b, cfg.vocab_size, rng);
     }

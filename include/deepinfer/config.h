@@ -2,9 +2,14 @@
 // The engine configuration tree: one aggregate of per-component sections, built by the app
 // (CLI flags) and handed down section by section. Defaults are usable as they are.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace deepinfer {
+
+namespace runtime {
+class Drafter;  // runtime/speculative/drafter.h
+}
 
 struct ModelConfig {
     std::string path;            // HF model directory (config.json, safetensors, tokenizer.json)
@@ -102,11 +107,31 @@ struct StructuredOutputConfig {
     double test_mask_delay_ms = 0;
 };
 
+// Speculative decoding: a drafter proposes up to num_draft_tokens tokens to follow a decoding
+// sequence's last token, and one step of the model computes them all; the sequence keeps the
+// drafts its own sampling confirms, position by position, plus the token sampled after the last
+// kept one. Sampling is keyed by (seed, position), so the output is the one decoding without
+// drafts gives, token for token, on batch-invariant kernels (the CPU, or --deterministic).
+// Requests with repetition / presence / frequency penalties or a grammar decode without drafts.
+struct SpeculativeConfig {
+    // "" or "off"; "ngram": prompt lookup, drafts copied from where the sequence's last tokens
+    // occurred before (no draft model).
+    std::string method;
+    int num_draft_tokens = 4;
+    int ngram_min = 1, ngram_max = 3;  // lengths of the suffix matched, longest first
+    // A drafter of the caller's own (embedders, tests), used instead of `method`'s.
+    std::shared_ptr<const runtime::Drafter> drafter;
+    // Tests only: keep every draft without checking it (a broken acceptance rule).
+    bool test_accept_unchecked = false;
+    bool enabled() const { return drafter || (!method.empty() && method != "off"); }
+};
+
 struct EngineConfig {
     ModelConfig model;
     CacheConfig cache;
     SchedulerConfig scheduler;
     StructuredOutputConfig structured;
+    SpeculativeConfig speculative;
     std::string log_level = "warn";
     std::string trace_path;  // Chrome-trace / Perfetto JSON of the engine's steps, written at shutdown ("" = off)
     // Every request deterministic (GenerationRequest::deterministic); needs a batch-invariant

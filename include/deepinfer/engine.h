@@ -63,6 +63,15 @@ struct PrefixCacheStats {
     std::vector<PrefixCacheTierStats> tiers;  // device, then host, disk, remote where enabled
 };
 
+// Speculative decoding: verified chunks (a sequence's last token plus its drafts), the drafts
+// they carried and those kept; per draft position i, drafts proposed there and kept there.
+// Mean tokens per verification (the sampled token included) = (accepted + verifications) /
+// verifications.
+struct SpeculativeStats {
+    int64_t verifications = 0, draft_tokens = 0, accepted_tokens = 0;
+    std::vector<int64_t> proposed_at, accepted_at;
+};
+
 struct EngineStats {
     int64_t requests_waiting = 0, requests_running = 0, requests_finished = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
@@ -74,6 +83,7 @@ struct EngineStats {
     // Structured output: token masks computed, and of those the ones a step's deadline passed
     // (their sequences sat out steps until the mask was done).
     int64_t grammar_masks = 0, grammar_late_masks = 0;
+    SpeculativeStats speculative;
 };
 
 class Engine {

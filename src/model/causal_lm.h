@@ -82,6 +82,9 @@ struct CacheSizing {
     int max_seqs = 1;
     int block_size = 64;
     std::array<int64_t, 2> blocks{};  // blocks of the model's two block groups
+    // Extra window-ring and compressor-carry rows per sequence: a step may write this many
+    // positions that a later step takes back (speculative drafts) without overwriting rows the
+    // kept positions still need.
     int ring_slack = 0;
     int64_t tokens_per_seq = 0;  // what each of max_seqs sequences can hold at once (informational)
 };
@@ -162,8 +165,9 @@ public:
     // Longest sequence the model's positions (RoPE and its scaling) were configured for.
     virtual int64_t max_position_embeddings() const = 0;
     virtual kernels::Backend& backend() = 0;
-    // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences.
-    virtual CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const = 0;
+    // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences, with `ring_slack`
+    // (CacheSizing) rows for positions a step may roll back.
+    virtual CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size, int ring_slack = 0) const = 0;
     // Sizing with room for `max_seqs` sequences of `max_tokens` tokens each.
     virtual CacheSizing plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size = 64) const = 0;
     virtual std::unique_ptr<SequenceCache> make_cache(const CacheSizing& sizing) = 0;

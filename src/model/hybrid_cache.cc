@@ -12,12 +12,15 @@ int slots_for(const CacheLayout& c, int slack) { return std::max(1, c.window - 1
 
 int64_t kv_bytes(const CacheLayout& c) { return static_cast<int64_t>(dtype_size(c.kv_dtype)); }
 
+// Carry rows of a compressor: its windows' rows plus the slack a rolled-back step may overwrite.
+int64_t carry_rows(int64_t rows, int slack) { return rows > 0 ? rows + slack : 0; }
+
 // Bytes of one sequence's fixed state: rings and compressor carries (fp32).
 int64_t fixed_bytes_per_sequence(const CacheLayout& c, int ring_slack) {
     int64_t ring = 0, carry = 0;
     for (const auto& l : c.layers) {
         ring += slots_for(c, ring_slack) * c.head_dim;
-        carry += l.carry[0] * l.carry[1] + l.index_carry[0] * l.index_carry[1];
+        carry += carry_rows(l.carry[0], ring_slack) * l.carry[1] + carry_rows(l.index_carry[0], ring_slack) * l.index_carry[1];
     }
     return ring * kv_bytes(c) + carry * int64_t{sizeof(float)};
 }
@@ -63,9 +66,13 @@ int64_t carry_snapshot_slots(const CacheLayout& c, const CacheSizing& s) {
     return std::max<int64_t>(1, spans);
 }
 
-CacheSizing cache_for_memory(const CacheLayout& c, int max_seqs, int64_t memory_bytes, int block_size) {
+CacheSizing cache_for_memory(const CacheLayout& c, int max_seqs, int64_t memory_bytes, int block_size, int ring_slack) {
     // The largest even share of tokens per sequence whose blocks (partial blocks included) fit.
-    auto plan = [&](int64_t per_seq) { return cache_for_tokens(c, max_seqs, per_seq, block_size); };
+    auto plan = [&](int64_t per_seq) {
+        CacheSizing s = cache_for_tokens(c, max_seqs, per_seq, block_size);
+        s.ring_slack = ring_slack;
+        return s;
+    };
     DI_CHECK(cache_bytes(c, plan(1)) <= memory_bytes,
              "cache: {} bytes do not even hold the per-sequence state of {} sequences ({} bytes)", memory_bytes, max_seqs,
              cache_bytes(c, plan(1)));
@@ -96,7 +103,7 @@ HybridCache::HybridCache(CacheLayout layout, kernels::Backend& backend, const Ca
     ring_slots_ = slots_for(layout_, sizing.ring_slack);
     int64_t n = sizing.max_seqs, bs = sizing.block_size;
     auto carry = [&](const std::array<int64_t, 2>& shape) {
-        return shape[0] > 0 ? backend.empty(DType::kF32, {n, shape[0], shape[1]}) : Tensor();
+        return shape[0] > 0 ? backend.empty(DType::kF32, {n, carry_rows(shape[0], sizing.ring_slack), shape[1]}) : Tensor();
     };
     for (const auto& l : layout_.layers) {
         LayerState st;

@@ -50,7 +50,8 @@ struct CacheLayout {
 CacheSizing cache_for_tokens(const CacheLayout& layout, int max_seqs, int64_t max_tokens, int block_size = 64);
 // The largest cache that fits `memory_bytes` (rings, carries and entry pools) and lets each of
 // `max_seqs` sequences hold the same number of tokens (sizing.tokens_per_seq).
-CacheSizing cache_for_memory(const CacheLayout& layout, int max_seqs, int64_t memory_bytes, int block_size);
+CacheSizing cache_for_memory(const CacheLayout& layout, int max_seqs, int64_t memory_bytes, int block_size,
+                             int ring_slack = 0);
 int64_t cache_bytes(const CacheLayout& layout, const CacheSizing& s);
 // Bytes of one block of a group's entry pools, over all its layers.
 int64_t block_bytes(const CacheLayout& layout, int group, int block_size);

@@ -88,7 +88,11 @@ void RequestStreamImpl::cancel() {
 
 EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     set_log_level(config.log_level);
-    const ModelConfig& mc = config.model;
+    drafter_ = make_drafter(config.speculative);
+    // A verification step writes its drafts into the cache; the rows they overwrite must outlive
+    // the drafts that are not kept.
+    if (drafter_) config_.model.rollback_tokens = std::max(config_.model.rollback_tokens, config.speculative.num_draft_tokens);
+    const ModelConfig& mc = config_.model;
     DI_CHECK(!mc.path.empty(), "no model directory given");
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
@@ -104,7 +108,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     tokenizer_ = tokenizer::Tokenizer::from_dir(mc.tokenizer_path.empty() ? mc.path : mc.tokenizer_path);
     const CacheConfig& cc = config.cache;
     DI_CHECK(cc.max_sequences >= 1 && cc.block_size >= 1, "cache: max_sequences and block_size must be positive");
-    cache_ = model_->make_cache(model_->plan_cache(cc.max_sequences, cc.memory_bytes, cc.block_size));
+    cache_ = model_->make_cache(model_->plan_cache(cc.max_sequences, cc.memory_bytes, cc.block_size, mc.rollback_tokens));
     int64_t max_positions = model_->max_position_embeddings();
     DI_CHECK(cc.max_model_len <= max_positions, "max_model_len {} exceeds the model's max_position_embeddings ({})",
              cc.max_model_len, max_positions);
@@ -112,6 +116,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     DI_CHECK(config.scheduler.max_batch_tokens >= 1 && config.scheduler.max_running >= 1,
              "scheduler: max_batch_tokens and max_running must be positive");
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
+    if (drafter_) scheduler_->set_drafter(drafter_.get(), config.speculative.num_draft_tokens);
     start_prefix_cache();
     if (!config.trace_path.empty()) trace_.enable();
     // A step samples at most one row per sequence resident in the cache.

@@ -18,7 +18,7 @@ std::shared_ptr<StepMasks> EngineImpl::submit_masks(const StepPlan& plan) {
     for (const ScheduledChunk& c : plan.chunks) {
         if (!c.samples) continue;
         if (c.seq->grammar) rows.push_back(row), seqs.push_back(c.seq);
-        ++row;
+        row += static_cast<int32_t>(c.sample_rows());
     }
     if (rows.empty()) return nullptr;
     auto masks = std::make_shared<StepMasks>(std::move(rows), grammar_->mask_words(), config_.structured.mask_deadline_ms);

@@ -22,6 +22,7 @@
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
+#include "runtime/speculative/drafter.h"
 #include "runtime/step_executor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -96,8 +97,11 @@ private:
     StepPlan plan_step(bool ahead);
     void launch(const StepPlan& plan);
     StepOutput wait_step();
-    void add_sample_row(Sequence& s, SampleJob& job);
-    std::vector<std::optional<SampleOutput>> sampled_rows(const StepPlan& plan, const StepOutput& step);
+    // `ahead`: rows after the sequence's last token (a draft's position in a verified chunk).
+    void add_sample_row(Sequence& s, SampleJob& job, int64_t ahead = 0);
+    // Per sampling chunk, its rows' samples; none for a chunk whose sequence no longer wants them
+    // (finished, cancelled, or waiting for a late grammar mask).
+    std::vector<std::vector<SampleOutput>> sampled_rows(const StepPlan& plan, const StepOutput& step);
     void append_token(Sequence& s, SampleOutput out, int64_t& detokenize_us);
     // Structured output (engine_grammar.cc).
     std::shared_ptr<StepMasks> submit_masks(const StepPlan& plan);
@@ -106,6 +110,10 @@ private:
     // The matcher takes the token; false (the sequence fails) if the grammar refuses it.
     bool advance_grammar(Sequence& s, int32_t token, RequestEvent& ev, SequenceEvent& se);
     void commit(const StepPlan& plan, const StepOutput& step);
+    // Speculative decoding (engine_speculative.cc): a verified chunk's samples keep the drafts
+    // they confirm, then the first sample that differs (or follows the last draft).
+    void commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples, int64_t& detokenize_us);
+    bool speculates(const GenerationRequest& r) const;
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);
@@ -126,6 +134,7 @@ private:
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<StepExecutor> executor_;
     std::unique_ptr<GrammarService> grammar_;
+    std::shared_ptr<const Drafter> drafter_;  // speculative decoding (null when off)
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.

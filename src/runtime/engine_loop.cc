@@ -25,6 +25,8 @@ void EngineImpl::start_request(std::unique_ptr<RequestState> rs) {
         s->index = i;
         s->seed = *r.sampling.seed + static_cast<uint64_t>(i);
         s->deterministic = r.deterministic;
+        s->speculative = speculates(r);
+        s->max_length = static_cast<int64_t>(r.prompt_tokens.size()) + r.sampling.max_tokens;
         s->priority = r.priority;
         s->arrival = arrivals_++;
         s->tokens = r.prompt_tokens;
@@ -76,12 +78,15 @@ void EngineImpl::launch(const StepPlan& plan) {
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
         int32_t begin = static_cast<int32_t>(batch.token_ids.size());
-        batch.append(s->tokens, c.start, static_cast<int32_t>(c.count), s->cache_state, s->window_from);
+        int32_t own = static_cast<int32_t>(c.count - c.draft.size());  // of the sequence's tokens
+        batch.append(s->tokens, c.start, own, s->cache_state, s->window_from);
+        batch.token_ids.insert(batch.token_ids.end(), c.draft.begin(), c.draft.end());
+        batch.seqs.back().num_tokens += static_cast<int32_t>(c.draft.size());
         batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
-        if (c.samples) {
-            batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count) - 1);
-            add_sample_row(*s, job);
+        for (int64_t r = c.sample_rows(); r > 0; --r) {  // a verified chunk samples after every position
+            batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count - r));
+            add_sample_row(*s, job, c.sample_rows() - r);
         }
         s->inflight = c.count;
         s->awaiting_sample = c.samples;
@@ -95,9 +100,9 @@ void EngineImpl::launch(const StepPlan& plan) {
 // The sampling row of a sequence whose chunk ends at its last token: the next token's position
 // is the draw's counter; a sequence with penalties gets its row of penalty state (its history is
 // written when the row is new to it).
-void EngineImpl::add_sample_row(Sequence& s, SampleJob& job) {
+void EngineImpl::add_sample_row(Sequence& s, SampleJob& job, int64_t ahead) {
     const SamplingParams& p = s.request->request.sampling;
-    kernels::SampleRow row = sample_row_of(p, s.seed, static_cast<int64_t>(s.tokens.size()));
+    kernels::SampleRow row = sample_row_of(p, s.seed, static_cast<int64_t>(s.tokens.size()) + ahead);
     row.bias_begin = static_cast<int32_t>(job.bias.size());
     for (const auto& [token, bias] : p.logit_bias) job.bias.push_back({token, bias});
     row.bias_count = static_cast<int32_t>(job.bias.size()) - row.bias_begin;
@@ -111,35 +116,34 @@ void EngineImpl::add_sample_row(Sequence& s, SampleJob& job) {
     job.rows.push_back(row);
 }
 
-// Each sampling row's token (with logprobs when asked); nothing for rows no longer wanted.
-std::vector<std::optional<SampleOutput>> EngineImpl::sampled_rows(const StepPlan& plan, const StepOutput& step) {
-    std::vector<std::optional<SampleOutput>> outs;
-    size_t mask_row = 0;  // grammar rows are the sampling rows with a matcher, in order
+// Each sampling row's token (with logprobs when asked), by chunk; nothing for rows no longer wanted.
+std::vector<std::vector<SampleOutput>> EngineImpl::sampled_rows(const StepPlan& plan, const StepOutput& step) {
+    std::vector<std::vector<SampleOutput>> outs;
+    size_t mask_row = 0, r = 0;  // grammar rows are the sampling rows with a matcher, in order
     for (const ScheduledChunk& c : plan.chunks) {
         if (!c.samples) continue;
-        size_t r = outs.size();
+        size_t first = r;
+        r += static_cast<size_t>(c.sample_rows());
+        std::vector<SampleOutput>& mine = outs.emplace_back();
         Sequence* s = c.seq;
         const RequestState* rs = s->request;
         bool masked = s->grammar != nullptr;
         if (masked) ++mask_row;
-        if (s->finished() || rs->cancelled) {
-            outs.emplace_back();
-            continue;
-        }
+        if (s->finished() || rs->cancelled) continue;
         if (masked && !step.masks->applied(mask_row - 1)) {
             defer_sample(*s, step, mask_row - 1);
-            outs.emplace_back();
             continue;
         }
         const SamplingParams& p = rs->request.sampling;
-        SampleOutput out;
-        out.token = step.tokens.at(r);
-        if (p.logprobs >= 0) out.logprob = step.logprobs.at(r);
-        for (int i = 0; i < p.logprobs; ++i) {
-            size_t at = r * static_cast<size_t>(step.top_width) + static_cast<size_t>(i);
-            out.top.push_back({step.top_tokens.at(at), step.top_logprobs.at(at)});
+        for (size_t row = first; row < r; ++row) {
+            SampleOutput& out = mine.emplace_back();
+            out.token = step.tokens.at(row);
+            if (p.logprobs >= 0) out.logprob = step.logprobs.at(row);
+            for (int i = 0; i < p.logprobs; ++i) {
+                size_t at = row * static_cast<size_t>(step.top_width) + static_cast<size_t>(i);
+                out.top.push_back({step.top_tokens.at(at), step.top_logprobs.at(at)});
+            }
         }
-        outs.push_back(std::move(out));
     }
     return outs;
 }
@@ -171,16 +175,21 @@ void EngineImpl::append_token(Sequence& s, SampleOutput out, int64_t& detokenize
 }
 
 void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
-    std::vector<std::optional<SampleOutput>> sampled = sampled_rows(plan, step);
+    std::vector<std::vector<SampleOutput>> sampled = sampled_rows(plan, step);
     int64_t begin = trace_.enabled() ? trace_.now_us() : 0, detokenize_us = 0;
     size_t row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
-        s->num_computed += c.count;
         s->inflight = 0;
         s->awaiting_sample = false;
+        if (!c.draft.empty()) {
+            commit_verified(c, sampled[row++], detokenize_us);
+            continue;
+        }
+        s->num_computed += c.count;
         if (!c.samples) continue;
-        if (auto& out = sampled[row++]) append_token(*s, std::move(*out), detokenize_us);
+        std::vector<SampleOutput>& outs = sampled[row++];
+        if (!outs.empty()) append_token(*s, std::move(outs.front()), detokenize_us);
     }
     if (trace_.enabled()) trace_.span("commit", begin, trace_.now_us(), {{"rows", row}, {"detokenize_us", detokenize_us}});
 }

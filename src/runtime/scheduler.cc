@@ -73,6 +73,17 @@ void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bo
     for (Sequence* s : order) {
         int64_t todo = s->pending();
         if (budget <= 0 || s->cache_state < 0 || todo <= 0 || (todo == 1) != decodes || in_plan(plan, s)) continue;
+        if (decodes && s->speculative && drafter_) {
+            if (ahead) {
+                needs_sync_ = true;
+                continue;
+            }
+            if (auto chunk = draft_chunk(s, budget, plan)) {
+                budget -= chunk->count;
+                plan.chunks.push_back(std::move(*chunk));
+            }
+            continue;
+        }
         int64_t start = s->length_after_inflight(), count = chunk_for(s, start, std::min(todo, budget));
         if (!make_room(s, start + count, plan, ahead)) continue;
         plan.chunks.push_back({s, start, count, count == todo});
@@ -99,6 +110,17 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
         plan.chunks.push_back({s, s->num_computed, count, count == todo});
         budget -= count;
     }
+}
+
+std::optional<ScheduledChunk> Scheduler::draft_chunk(Sequence* s, int64_t budget, const StepPlan& plan) {
+    int64_t start = s->num_computed, length = static_cast<int64_t>(s->tokens.size());
+    // The chunk computes positions start .. start + drafts and samples the tokens after each.
+    int64_t room = std::min({static_cast<int64_t>(max_draft_), budget - 1, s->max_length - 1 - length});
+    std::vector<int32_t> draft = room > 0 ? drafter_->propose(s->tokens, static_cast<int>(room)) : std::vector<int32_t>{};
+    int64_t count = chunk_for(s, start, 1 + static_cast<int64_t>(draft.size()));
+    draft.resize(static_cast<size_t>(count - 1));
+    if (!make_room(s, start + count, plan, false)) return std::nullopt;
+    return ScheduledChunk{s, start, count, true, std::move(draft)};
 }
 
 int64_t Scheduler::first_chunk_cap() const {

@@ -12,20 +12,27 @@
 //
 // Not thread-safe: the engine thread drives it.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "deepinfer/config.h"
 #include "model/causal_lm.h"
 #include "runtime/cache/prefix_cache.h"
 #include "runtime/sequence.h"
+#include "runtime/speculative/drafter.h"
 
 namespace deepinfer::runtime {
 
 struct ScheduledChunk {
     Sequence* seq = nullptr;
     int64_t start = 0;     // first position computed
-    int64_t count = 0;     // tokens computed
+    int64_t count = 0;     // tokens computed (the drafts included)
     bool samples = false;  // the chunk ends at the sequence's last token: sample the next one
+    // Speculative decoding: tokens proposed after the sequence's last one, computed in the same
+    // chunk (count = 1 + draft.size()); every position of the chunk samples.
+    std::vector<int32_t> draft;
+    // Logit rows the chunk samples.
+    int64_t sample_rows() const { return samples ? 1 + static_cast<int64_t>(draft.size()) : 0; }
 };
 
 struct StepPlan {
@@ -53,6 +60,10 @@ public:
     // admitted ones take it, prefill chunks end where the cache must save carries, and cached
     // spans nobody uses give their blocks up before a running sequence is preempted.
     void set_prefix_cache(PrefixCache* cache) { prefix_cache_ = cache; }
+    // Speculative decoding: decoding sequences marked speculative take up to `max_draft` drafted
+    // tokens in their chunk. Their next chunk depends on how many the step keeps, so a plan made
+    // ahead leaves them out and asks for a sync.
+    void set_drafter(const Drafter* drafter, int max_draft) { drafter_ = drafter, max_draft_ = max_draft; }
 
 private:
     void preempt(Sequence* s);
@@ -60,6 +71,8 @@ private:
     // Decode tokens (`decodes`) or prompt chunks of sequences already admitted.
     void schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bool decodes);
     int64_t first_chunk_cap() const;
+    // The decode chunk of a speculative sequence: its last token and the drafts that fit.
+    std::optional<ScheduledChunk> draft_chunk(Sequence* s, int64_t budget, const StepPlan& plan);
     void admit_waiting(StepPlan& plan, int64_t& budget);
     // Prefix-cache hooks (no-ops without one).
     bool reserve_evicting(int state, int64_t upto);
@@ -71,6 +84,8 @@ private:
     SchedulerConfig config_;
     model::SequenceCache& cache_;
     PrefixCache* prefix_cache_ = nullptr;
+    const Drafter* drafter_ = nullptr;
+    int max_draft_ = 0;
     std::vector<Sequence*> waiting_, running_;
     int64_t preemptions_ = 0;
     bool needs_sync_ = false;

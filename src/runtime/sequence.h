@@ -43,6 +43,8 @@ struct Sequence {
     int cache_state = -1;            // cache slot, -1 when not resident
     int preemptions = 0;             // times it lost its cache state (runtime/penalty_slots.h)
     bool deterministic = false;      // GenerationRequest::deterministic
+    bool speculative = false;        // decodes with drafts (speculative decoding is on and the request allows it)
+    int64_t max_length = 0;          // prompt + max_tokens: no token is sampled at this position or later
     // After taking a shared prefix: compressed state exists below compressed_until, the window
     // rings hold nothing below window_from (its tail is recomputed from there: encoder replay).
     int64_t window_from = 0, compressed_until = 0;

@@ -58,6 +58,26 @@ void Metrics::tokens(int prompt, int completion) {
     completion_tokens_ += static_cast<uint64_t>(completion);
 }
 
+// Speculative decoding: verifications, drafts and kept drafts, and per draft position the drafts
+// proposed and kept there (acceptance by position = accepted / proposed).
+static void render_speculative(std::string& out, const SpeculativeStats& sp, const std::string& model) {
+    if (sp.verifications == 0) return;
+    auto counter = [&](const char* name, const char* help, int64_t v) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{model=\"{}\"}} {}\n", name, help, name, name, model, v);
+    };
+    counter("deepinfer_spec_verifications_total", "Speculative chunks verified (a sequence's last token and its drafts).",
+            sp.verifications);
+    counter("deepinfer_spec_draft_tokens_total", "Drafted tokens verified.", sp.draft_tokens);
+    counter("deepinfer_spec_accepted_tokens_total", "Drafted tokens kept (mean tokens per verification: (this + "
+            "verifications) / verifications).", sp.accepted_tokens);
+    auto by_position = [&](const char* name, const char* help, const std::vector<int64_t>& v) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+        for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{{model=\"{}\",position=\"{}\"}} {}\n", name, model, i + 1, v[i]);
+    };
+    by_position("deepinfer_spec_proposed_at_total", "Drafts proposed at each draft position.", sp.proposed_at);
+    by_position("deepinfer_spec_accepted_at_total", "Drafts kept at each draft position.", sp.accepted_at);
+}
+
 // The prefix cache: overall lookups and hits, and per tier what it spared, holds, read and wrote.
 static void render_prefix_cache(std::string& out, const PrefixCacheStats& pc, const std::string& model) {
     if (!pc.enabled) return;
@@ -133,6 +153,7 @@ std::string Metrics::render(const EngineStats& st, const std::string& model, con
     counter("deepinfer_grammar_masks_total", "Structured-output token masks computed.", static_cast<double>(st.grammar_masks));
     counter("deepinfer_grammar_late_masks_total", "Token masks not ready by their step's deadline (the sequence waited).",
             static_cast<double>(st.grammar_late_masks));
+    render_speculative(out, st.speculative, model);
     render_prefix_cache(out, st.prefix_cache, model);
     ttft.render(out, "deepinfer_time_to_first_token_seconds", "Time from request arrival to the first token.");
     itl.render(out, "deepinfer_inter_token_latency_seconds", "Time between tokens of a stream.");

@@ -454,7 +454,13 @@ TEST_P(BackendOps, AttentionAllModes) {
 TEST_P(BackendOps, CompressorsAndIndexer) {
     int rate = 4;
     // dim 520 with overlap: carry rows of 1,040 values, more than one chunk per thread on the GPU.
-    for (auto [dim, overlap] : {std::pair{16, false}, {16, true}, {520, true}}) {
+    // Slack: carry rows beyond the windows' (kept for positions a speculative step takes back).
+    struct Case {
+        int dim;
+        bool overlap;
+        int slack;
+    };
+    for (auto [dim, overlap, slack] : {Case{16, false, 0}, {16, true, 0}, {520, true, 0}, {16, false, 3}, {16, true, 5}}) {
         int c = overlap ? 2 : 1;
         Scenario sc = make_scenario(rng, dim, rate, 3);
         CompressorArgs a;
@@ -466,7 +472,7 @@ TEST_P(BackendOps, CompressorsAndIndexer) {
         a.rate = rate;
         a.dim = dim;
         a.overlap = overlap;
-        a.carry = random_f32({3, c * rate, 2 * c * dim}, rng);
+        a.carry = random_f32({3, c * rate + slack, 2 * c * dim}, rng);
         CompressorArgs b = a;
         b.carry = copy_of(a.carry);
         Tensor pool_b = copy_of(sc.pool);
@@ -476,8 +482,8 @@ TEST_P(BackendOps, CompressorsAndIndexer) {
         b.out = &sb;
         cpu->compressor_update(sc.seqs, a);
         ref->compressor_update(sc.seqs, b);
-        EXPECT_TRUE(all_close(sc.pool, pool_b, tol)) << "overlap " << overlap;
-        EXPECT_TRUE(all_close(a.carry, b.carry, 0.0));
+        EXPECT_TRUE(all_close(sc.pool, pool_b, tol)) << "overlap " << overlap << ", slack " << slack;
+        EXPECT_TRUE(all_close(a.carry, b.carry, 0.0)) << "overlap " << overlap << ", slack " << slack;
 
         // k = 4 picks among up to 8 visible entries; k = 16 takes them all (the GPU skips the scores).
         for (int top_k : {4, 16}) {
@@ -624,30 +630,32 @@ TEST_P(BackendOps, FakeQuantizeMatchesBruteForceGrid) {
 TEST_P(BackendOps, PairPoolingAndEntryStores) {
     int rate = 2;
     int64_t dim = 12;
-    Scenario sc = make_scenario(rng, dim, rate, 3);
-    PoolArgs a;
-    a.kv = random_f32({sc.num_tokens, dim}, rng);
-    a.gate = random_f32({sc.num_tokens, dim}, rng, 2.0f);
-    a.rate = rate;
-    a.carry = random_f32({3, rate, 2 * dim}, rng);
-    int64_t groups = 0;
-    std::vector<EntrySlot> slots;
-    for (size_t s = 0; s < sc.seqs.size(); ++s)
-        for (int64_t e = sc.seqs[s].start_pos / rate; e < (sc.seqs[s].start_pos + sc.seqs[s].num_tokens) / rate; ++e, ++groups)
-            slots.push_back({static_cast<int32_t>(s), e});
-    a.out = Tensor::empty(DType::kF32, {groups, dim});
-    PoolArgs b = a;
-    b.carry = copy_of(a.carry);
-    b.out = Tensor::empty(DType::kF32, {groups, dim});
-    cpu->pool_groups(sc.seqs, a);
-    ref->pool_groups(sc.seqs, b);
-    EXPECT_TRUE(all_close(a.out, b.out, tol));
-    EXPECT_TRUE(all_close(a.carry, b.carry, 0.0));
-    EntryStore sa = sc.store(), sb = sc.store();
-    sb.pool = copy_of(sc.pool);
-    cpu->store_entries(slots, a.out, sa);
-    ref->store_entries(slots, a.out, sb);
-    EXPECT_TRUE(all_close(sa.pool, sb.pool, 0.0));
+    for (int slack : {0, 3}) {  // carry rows beyond the rate: kept for positions a step takes back
+        Scenario sc = make_scenario(rng, dim, rate, 3);
+        PoolArgs a;
+        a.kv = random_f32({sc.num_tokens, dim}, rng);
+        a.gate = random_f32({sc.num_tokens, dim}, rng, 2.0f);
+        a.rate = rate;
+        a.carry = random_f32({3, rate + slack, 2 * dim}, rng);
+        int64_t groups = 0;
+        std::vector<EntrySlot> slots;
+        for (size_t s = 0; s < sc.seqs.size(); ++s)
+            for (int64_t e = sc.seqs[s].start_pos / rate; e < (sc.seqs[s].start_pos + sc.seqs[s].num_tokens) / rate; ++e, ++groups)
+                slots.push_back({static_cast<int32_t>(s), e});
+        a.out = Tensor::empty(DType::kF32, {groups, dim});
+        PoolArgs b = a;
+        b.carry = copy_of(a.carry);
+        b.out = Tensor::empty(DType::kF32, {groups, dim});
+        cpu->pool_groups(sc.seqs, a);
+        ref->pool_groups(sc.seqs, b);
+        EXPECT_TRUE(all_close(a.out, b.out, tol)) << "slack " << slack;
+        EXPECT_TRUE(all_close(a.carry, b.carry, 0.0)) << "slack " << slack;
+        EntryStore sa = sc.store(), sb = sc.store();
+        sb.pool = copy_of(sc.pool);
+        cpu->store_entries(slots, a.out, sa);
+        ref->store_entries(slots, a.out, sb);
+        EXPECT_TRUE(all_close(sa.pool, sb.pool, 0.0));
+    }
 }
 
 TEST_P(BackendOps, TwoLevelIndexerSelection) {

@@ -1,9 +1,11 @@
 // Compressors (softmax-gated window pooling into entries) and the lightning indexer on the CPU.
 //
 // The compressor keeps the raw kv|gate projections of the most recent tokens in a per-sequence
-// carry ring: `rate` slots, or 2*rate with overlap so that the previous window's first-half series
-// (Ca) is still there when the current window closes. Window w covers positions
-// [w*rate, (w+1)*rate) and closes at its last token, appending entry w.
+// carry ring: at least `rate` slots, or 2*rate with overlap so that the previous window's
+// first-half series (Ca) is still there when the current window closes; position p lives in slot
+// p % slots, and slots beyond that minimum keep the rows a rolled-back step overwrote (speculative
+// drafts). Window w covers positions [w*rate, (w+1)*rate) and closes at its last token, appending
+// entry w.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,7 +33,7 @@ int64_t entry_at(const EntryStore& st, int seq_idx, int64_t e) {
 void pool_window(const CompressorArgs& a, const float* carry, int64_t w, float* out) {
     const int rate = a.rate, dim = a.dim;
     const int c = a.overlap ? 2 : 1;
-    const int64_t slots = c * rate, width = 2 * c * dim;
+    const int64_t slots = a.carry.dim(1), width = 2 * c * dim;
     const float* ape = a.ape.data<float>();
     std::vector<float> logit(2 * rate), value(2 * rate);
     for (int ch = 0; ch < dim; ++ch) {
@@ -78,8 +80,8 @@ void finish_entry(const CompressorArgs& a, int64_t w, float* entry) {
 
 void CpuBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
     const int c = a.overlap ? 2 : 1;
-    const int64_t slots = c * a.rate, width = 2 * c * a.dim;
-    DI_CHECK(a.kv.dim(1) == c * a.dim && a.carry.dim(1) == slots && a.carry.dim(2) == width,
+    const int64_t slots = a.carry.dim(1), width = 2 * c * a.dim;
+    DI_CHECK(a.kv.dim(1) == c * a.dim && slots >= c * a.rate && a.carry.dim(2) == width,
              "compressor: kv {} / carry {} do not match dim={} rate={}", a.kv.shape_string(), a.carry.shape_string(),
              a.dim, a.rate);
     pool_.run(static_cast<int64_t>(seqs.size()), [&](int64_t si) {
@@ -176,8 +178,8 @@ void CpuBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs&
 }
 
 void CpuBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
-    int64_t dim = a.kv.dim(1), rate = a.rate;
-    DI_CHECK(a.carry.dim(1) == rate && a.carry.dim(2) == 2 * dim, "pool_groups: carry {} does not match rate {} dim {}",
+    int64_t dim = a.kv.dim(1), rate = a.rate, slots = a.carry.dim(1);
+    DI_CHECK(slots >= rate && a.carry.dim(2) == 2 * dim, "pool_groups: carry {} does not match rate {} dim {}",
              a.carry.shape_string(), rate, dim);
     std::vector<int64_t> first_row(seqs.size() + 1, 0);
     for (size_t s = 0; s < seqs.size(); ++s)
@@ -186,23 +188,24 @@ void CpuBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) 
              first_row.back());
     pool_.run(static_cast<int64_t>(seqs.size()), [&](int64_t si) {
         const SeqSlice& s = seqs[si];
-        float* carry = a.carry.data<float>() + static_cast<int64_t>(s.state_idx) * rate * 2 * dim;
+        float* carry = a.carry.data<float>() + static_cast<int64_t>(s.state_idx) * slots * 2 * dim;
         int64_t out_row = first_row[si];
         for (int t = 0; t < s.num_tokens; ++t) {
             int64_t pos = s.start_pos + t, row = s.token_begin + t;
-            float* slot = carry + (pos % rate) * 2 * dim;
+            float* slot = carry + (pos % slots) * 2 * dim;
             std::memcpy(slot, a.kv.data<float>() + row * dim, dim * sizeof(float));
             std::memcpy(slot + dim, a.gate.data<float>() + row * dim, dim * sizeof(float));
             if ((pos + 1) % rate != 0) continue;
+            auto token = [&](int64_t j) { return carry + ((pos + 1 - rate + j) % slots) * 2 * dim; };
             float* out = a.out.data<float>() + out_row++ * dim;
             for (int64_t ch = 0; ch < dim; ++ch) {
                 float mx = -std::numeric_limits<float>::infinity();
-                for (int64_t j = 0; j < rate; ++j) mx = std::max(mx, carry[j * 2 * dim + dim + ch]);
+                for (int64_t j = 0; j < rate; ++j) mx = std::max(mx, token(j)[dim + ch]);
                 float sum = 0.0f, acc = 0.0f;
                 for (int64_t j = 0; j < rate; ++j) {
-                    float e = std::exp(carry[j * 2 * dim + dim + ch] - mx);
+                    float e = std::exp(token(j)[dim + ch] - mx);
                     sum += e;
-                    acc += e * carry[j * 2 * dim + ch];
+                    acc += e * token(j)[ch];
                 }
                 out[ch] = acc / sum;
             }

@@ -28,11 +28,12 @@ struct CompParams {
     const int* windows;  // pairs (seq, window)
     int dim, rate, overlap, rope_dim, block;
     float norm_eps, rope_scale;
+    int slots;  // carry rows per state: position p in row p % slots (>= (overlap ? 2 : 1) * rate)
 };
 
 // kv (which = 0) or gate (which = 1) value of position q, channel column col.
 __device__ float token_value(const CompParams& p, const DeviceSeq& s, long long q, int which, int col) {
-    int c = p.overlap ? 2 : 1, slots = c * p.rate;
+    int c = p.overlap ? 2 : 1, slots = p.slots;
     if (q >= s.start_pos) {
         long long row = s.token_begin + (q - s.start_pos);
         return (which == 0 ? p.kv : p.gate)[row * c * p.dim + col];
@@ -89,7 +90,7 @@ __global__ void carry_write_kernel(CompParams p, int num_seqs) {
         if (row >= p.seqs[i].token_begin && row < p.seqs[i].token_begin + p.seqs[i].num_tokens) si = i;
     if (si < 0) return;
     DeviceSeq s = p.seqs[si];
-    int c = p.overlap ? 2 : 1, slots = c * p.rate, t = row - s.token_begin;
+    int c = p.overlap ? 2 : 1, slots = p.slots, t = row - s.token_begin;
     if (t < s.num_tokens - slots) return;
     float* slot = p.carry + (static_cast<long long>(s.state_idx) * slots + (s.start_pos + t) % slots) * 2 * c * p.dim;
     const float* kv = p.kv + static_cast<long long>(row) * c * p.dim;
@@ -238,6 +239,7 @@ __global__ void index_select_all_kernel(IndexParams p) {
 void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
     DI_CUDA_OP("compressor_update");
     DI_CUDA_REQUIRE(a.dim <= kMaxDim, "cuda compressor: dim " + std::to_string(a.dim) + " is above 1024");
+    DI_CUDA_REQUIRE(a.carry.dim(1) >= (a.overlap ? 2 : 1) * a.rate, "cuda compressor: carry shorter than its windows");
     std::vector<int> windows;
     for (size_t i = 0; i < seqs.size(); ++i)
         for (int t = 0; t < seqs[i].num_tokens; ++t)
@@ -255,7 +257,7 @@ void CudaBackend::compressor_update(std::span<const SeqSlice> seqs, const Compre
     CompParams p{a.kv.data<float>(), a.gate.data<float>(), a.ape.data<float>(), a.norm.data<float>(),
                  a.rope.inv_freq.data<float>(), a.carry.data<float>(), a.out->pool.data<float>(), dseqs, tables,
                  dwin.data<int>(), a.dim, a.rate, a.overlap ? 1 : 0, a.rope.rope_dim, static_cast<int>(a.out->pool.dim(1)),
-                 a.norm_eps, a.rope.scale};
+                 a.norm_eps, a.rope.scale, static_cast<int>(a.carry.dim(1))};
     if (!windows.empty()) launch_pdl(compress_windows_kernel, windows.size() / 2, 128, 0, stream(), p);
     launch_pdl(carry_write_kernel, n, 128, 0, stream(), p, static_cast<int>(seqs.size()));
 }

@@ -43,7 +43,7 @@ struct PoolGroup {
 };
 
 __global__ void pool_groups_kernel(const float* kv, const float* gate, const float* carry, const PoolGroup* groups,
-                                   int rate, int dim, float* out) {
+                                   int rate, int slots, int dim, float* out) {
     pdl_prologue();
     PoolGroup g = groups[blockIdx.x];
     for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) {
@@ -57,7 +57,7 @@ __global__ void pool_groups_kernel(const float* kv, const float* gate, const flo
                     long long row = g.row0 + (pos - g.start_pos);
                     k = kv + row * dim, s = gate + row * dim;
                 } else {
-                    const float* slot = carry + (static_cast<long long>(g.state) * rate + pos % rate) * 2 * dim;
+                    const float* slot = carry + (static_cast<long long>(g.state) * slots + pos % slots) * 2 * dim;
                     k = slot, s = slot + dim;
                 }
                 if (pass == 0) mx = fmaxf(mx, s[ch]);
@@ -67,7 +67,7 @@ __global__ void pool_groups_kernel(const float* kv, const float* gate, const flo
     }
 }
 
-// carry[state, pos % rate] = kv | gate of one token (the last `rate` tokens of each slice).
+// carry[state, pos % slots] = kv | gate of one token (the last `slots` tokens of each slice).
 __global__ void pool_carry_kernel(const float* kv, const float* gate, const long long* targets, int dim, float* carry) {
     pdl_prologue();
     long long row = targets[2 * blockIdx.x], slot = targets[2 * blockIdx.x + 1];
@@ -179,15 +179,16 @@ void CudaBackend::fake_quantize(Tensor& x, QuantFormat f) {
 
 void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
     DI_CUDA_OP("pool_groups");
-    int dim = static_cast<int>(a.kv.dim(1)), rate = a.rate;
+    int dim = static_cast<int>(a.kv.dim(1)), rate = a.rate, slots = static_cast<int>(a.carry.dim(1));
+    DI_CUDA_REQUIRE(slots >= rate, "pool_groups: carry shorter than the rate");
     std::vector<PoolGroup> groups;
     std::vector<long long> carry_targets;
     for (const SeqSlice& s : seqs) {
         for (int64_t g = s.start_pos / rate; g < (s.start_pos + s.num_tokens) / rate; ++g)
             groups.push_back({s.token_begin, s.state_idx, static_cast<int>(groups.size()), g * rate, s.start_pos});
-        for (int t = std::max(0, s.num_tokens - rate); t < s.num_tokens; ++t) {
+        for (int t = std::max(0, s.num_tokens - slots); t < s.num_tokens; ++t) {
             carry_targets.push_back(s.token_begin + t);
-            carry_targets.push_back(static_cast<long long>(s.state_idx) * rate + (s.start_pos + t) % rate);
+            carry_targets.push_back(static_cast<long long>(s.state_idx) * slots + (s.start_pos + t) % slots);
         }
     }
     DI_CUDA_REQUIRE(a.out.dim(0) == static_cast<int64_t>(groups.size()), "pool_groups: output rows do not match the groups");
@@ -195,7 +196,7 @@ void CudaBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a)
         Tensor dg = empty(DType::kU8, {static_cast<int64_t>(groups.size() * sizeof(PoolGroup))});
         copy_to_device(dg.raw(), groups.data(), groups.size() * sizeof(PoolGroup));
         launch_pdl(pool_groups_kernel, groups.size(), 128, 0, stream(), a.kv.data<float>(), a.gate.data<float>(),
-                   a.carry.data<float>(), static_cast<const PoolGroup*>(dg.raw()), rate, dim, a.out.data<float>());
+                   a.carry.data<float>(), static_cast<const PoolGroup*>(dg.raw()), rate, slots, dim, a.out.data<float>());
     }
     if (!carry_targets.empty()) {  // after pooling: the pool kernel reads the slots these overwrite
         Tensor dt = to_device(*this, carry_targets, DType::kI64);

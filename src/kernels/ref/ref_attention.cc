@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/ref/ref_backend_impl.h"
 
 namespace deepinfer::kernels::ref {
@@ -66,7 +67,8 @@ void RefBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Te
 
 void RefBackend::compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& a) {
     const int c = a.overlap ? 2 : 1;
-    const int64_t slots = c * a.rate, width = 2 * c * a.dim, cd = c * a.dim;
+    const int64_t slots = a.carry.dim(1), width = 2 * c * a.dim, cd = c * a.dim;
+    DI_CHECK(slots >= c * a.rate, "compressor: carry of {} slots is shorter than {}", slots, c * a.rate);
     for (size_t s = 0; s < seqs.size(); ++s) {
         const SeqSlice& sl = seqs[s];
         float* carry = a.carry.data<float>() + sl.state_idx * slots * width;
@@ -159,21 +161,23 @@ void RefBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs&
 }
 
 void RefBackend::pool_groups(std::span<const SeqSlice> seqs, const PoolArgs& a) {
-    int64_t dim = a.kv.dim(1), rate = a.rate, out_row = 0;
+    int64_t dim = a.kv.dim(1), rate = a.rate, slots = a.carry.dim(1), out_row = 0;
+    DI_CHECK(slots >= rate, "pool_groups: carry of {} slots is shorter than the rate {}", slots, rate);
     for (const SeqSlice& sl : seqs) {
-        float* carry = a.carry.data<float>() + sl.state_idx * rate * 2 * dim;
+        float* carry = a.carry.data<float>() + sl.state_idx * slots * 2 * dim;
         for (int t = 0; t < sl.num_tokens; ++t) {
             int64_t pos = sl.start_pos + t, row = sl.token_begin + t;
-            std::copy_n(a.kv.data<float>() + row * dim, dim, carry + (pos % rate) * 2 * dim);
-            std::copy_n(a.gate.data<float>() + row * dim, dim, carry + (pos % rate) * 2 * dim + dim);
+            std::copy_n(a.kv.data<float>() + row * dim, dim, carry + (pos % slots) * 2 * dim);
+            std::copy_n(a.gate.data<float>() + row * dim, dim, carry + (pos % slots) * 2 * dim + dim);
             if ((pos + 1) % rate != 0) continue;
+            auto token = [&](int64_t j) { return carry + ((pos + 1 - rate + j) % slots) * 2 * dim; };
             for (int64_t ch = 0; ch < dim; ++ch) {
                 double mx = -std::numeric_limits<double>::infinity(), sum = 0.0, acc = 0.0;
-                for (int64_t j = 0; j < rate; ++j) mx = std::max<double>(mx, carry[j * 2 * dim + dim + ch]);
+                for (int64_t j = 0; j < rate; ++j) mx = std::max<double>(mx, token(j)[dim + ch]);
                 for (int64_t j = 0; j < rate; ++j) {
-                    double e = std::exp(carry[j * 2 * dim + dim + ch] - mx);
+                    double e = std::exp(token(j)[dim + ch] - mx);
                     sum += e;
-                    acc += e * carry[j * 2 * dim + ch];
+                    acc += e * token(j)[ch];
                 }
                 a.out.data<float>()[out_row * dim + ch] = static_cast<float>(acc / sum);
             }

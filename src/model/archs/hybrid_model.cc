@@ -4,8 +4,8 @@
 
 namespace deepinfer::model {
 
-CacheSizing HybridCacheModel::plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const {
-    return cache_for_memory(cache_layout_, max_seqs, memory_bytes, block_size);
+CacheSizing HybridCacheModel::plan_cache(int max_seqs, int64_t memory_bytes, int block_size, int ring_slack) const {
+    return cache_for_memory(cache_layout_, max_seqs, memory_bytes, block_size, ring_slack);
 }
 
 CacheSizing HybridCacheModel::plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size) const {

@@ -13,7 +13,7 @@ namespace deepinfer::model {
 class HybridCacheModel : public CausalLm {
 public:
     kernels::Backend& backend() override { return backend_; }
-    CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size) const override;
+    CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size, int ring_slack = 0) const override;
     CacheSizing plan_cache_for_tokens(int max_seqs, int64_t max_tokens, int block_size = 64) const override;
     std::unique_ptr<SequenceCache> make_cache(const CacheSizing& sizing) override;
     const CacheLayout& cache_layout() const { return cache_layout_; }

@@ -1,0 +1,48 @@
+// Speculative decoding on the engine thread. A verified chunk computes a sequence's last token and
+// the drafts after it in one step, and samples after every position with the draw each position
+// gets without drafts (sampling is keyed by (seed, position)). Sample i is the token the sequence
+// would take after its i-th draft; so draft i is kept exactly when sample i - 1 equals it, and the
+// first sample that differs (or the one after the last draft) is the sequence's next token. For a
+// drafter that proposes single tokens this is the rejection rule of speculative sampling with a
+// point-mass draft (keep with probability p(draft), else draw from p without the draft), and on
+// batch-invariant kernels the output is bit for bit what decoding without drafts gives.
+//
+// The positions after the last kept token were written into the cache by the step; they are not
+// computed as far as the sequence knows (num_computed stops before them), and the cache's ring and
+// carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
+#include <algorithm>
+
+#include "runtime/engine_impl.h"
+#include "runtime/sampler.h"
+
+namespace deepinfer::runtime {
+
+bool EngineImpl::speculates(const GenerationRequest& r) const {
+    // Penalty state and grammar matchers advance one token per step; their rows cannot sample
+    // several positions of one sequence at once.
+    return drafter_ != nullptr && !needs_penalty_state(r.sampling) && !r.grammar.active();
+}
+
+void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples, int64_t& detokenize_us) {
+    Sequence& s = *c.seq;
+    const size_t drafts = c.draft.size();
+    size_t kept = 0;
+    if (!samples.empty()) {
+        const bool unchecked = config_.speculative.test_accept_unchecked;
+        while (kept < drafts && (unchecked || samples[kept].token == c.draft[kept])) ++kept;
+    }
+    s.num_computed += static_cast<int64_t>(kept) + 1;  // the sequence's last token and the kept drafts
+    {
+        std::lock_guard<std::mutex> lock(stats_mutex_);
+        SpeculativeStats& st = stats_.speculative;
+        ++st.verifications;
+        st.draft_tokens += static_cast<int64_t>(drafts);
+        st.accepted_tokens += static_cast<int64_t>(kept);
+        if (st.proposed_at.size() < drafts) st.proposed_at.resize(drafts), st.accepted_at.resize(drafts);
+        for (size_t i = 0; i < drafts; ++i) st.proposed_at[i] += 1;
+        for (size_t i = 0; i < kept; ++i) st.accepted_at[i] += 1;
+    }
+    for (size_t i = 0; i < samples.size() && i <= kept && !s.finished(); ++i) append_token(s, std::move(samples[i]), detokenize_us);
+}
+
+}  // namespace deepinfer::runtime

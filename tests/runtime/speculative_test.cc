@@ -1,0 +1,370 @@
+// Speculative decoding (n-gram drafts): the output with drafts equals the output without them,
+// token for token and logprob for logprob, for greedy and seeded sampled requests, requests that
+// decode without drafts (penalties) among them, under chunked prefill, prefix-cache hits and
+// forced preemption; on the V4 and V4.1 fixtures and the bundled model. Steps verify drafts that
+// are kept and drafts that are not (so the cache's rollback slack is exercised), and an engine
+// that keeps drafts without checking them (a broken acceptance rule) changes the output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <random>
+
+#include "base/error.h"
+#include "deepinfer/engine.h"
+#include "kernels/backend.h"
+#include "model/causal_lm.h"
+#include "runtime/speculative/drafter.h"
+#include "tests/runtime/test_models.h"
+
+namespace deepinfer::test {
+namespace {
+
+// --- the drafter ---------------------------------------------------------------------------
+
+TEST(NgramDrafter, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSuffix) {
+    runtime::NgramDrafter d(1, 3);
+    // "7 8 9" occurred at 0 (followed by 1 2) and at 5 (followed by 4 4 4): the latest wins.
+    std::vector<int32_t> t = {7, 8, 9, 1, 2, 7, 8, 9, 4, 4, 4, 0, 7, 8, 9};
+    EXPECT_EQ(d.propose(t, 2), (std::vector<int32_t>{4, 4}));
+    EXPECT_EQ(d.propose(t, 10), (std::vector<int32_t>{4, 4, 4, 0, 7, 8, 9}));
+    // Only a 1-gram matches: "5" after "3 5"? no; the last token 9 ... here the suffix 3 is new.
+    EXPECT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3}, 4).empty());
+    EXPECT_EQ(d.propose(std::vector<int32_t>{1, 2, 6, 1}, 4), (std::vector<int32_t>{2, 6, 1}));
+    EXPECT_TRUE(d.propose(t, 0).empty());
+    runtime::NgramDrafter longest_only(3, 3);
+    EXPECT_TRUE(longest_only.propose(std::vector<int32_t>{1, 2, 6, 1}, 4).empty());
+}
+
+TEST(NgramDrafter, EveryProposalContinuesAnEarlierOccurrenceOfTheSuffix) {
+    std::mt19937 rng(5);
+    runtime::NgramDrafter d(1, 4);
+    for (int trial = 0; trial < 2000; ++trial) {
+        std::vector<int32_t> t(1 + rng() % 60);
+        for (auto& x : t) x = static_cast<int32_t>(rng() % 6);
+        int max = 1 + static_cast<int>(rng() % 8);
+        std::vector<int32_t> p = d.propose(t, max);
+        ASSERT_LE(static_cast<int>(p.size()), max);
+        if (p.empty()) {  // then not even the last token occurred before (a 1-gram match)
+            EXPECT_EQ(std::count(t.begin(), t.end() - 1, t.back()), 0);
+            continue;
+        }
+        bool found = false;  // some n in [1, 4] and an earlier position where the suffix is followed by p
+        for (size_t n = 1; n <= 4 && n < t.size() && !found; ++n)
+            for (size_t at = 0; at + n < t.size() && !found; ++at)
+                found = std::equal(t.end() - n, t.end(), t.begin() + at) && at + n + p.size() <= t.size() &&
+                        std::equal(p.begin(), p.end(), t.begin() + at + n);
+        EXPECT_TRUE(found);
+    }
+}
+
+TEST(SpeculativeConfig, UnknownOrMissingDraftersAreRefused) {
+    SpeculativeConfig c;
+    c.method = "mtp";
+    EXPECT_THROW(runtime::make_drafter(c), Error);
+    c.method = "bogus";
+    EXPECT_THROW(runtime::make_drafter(c), Error);
+    c.method = "ngram";
+    c.num_draft_tokens = 0;
+    EXPECT_THROW(runtime::make_drafter(c), Error);
+    c.num_draft_tokens = 4;
+    EXPECT_NE(runtime::make_drafter(c), nullptr);
+    c.method = "off";
+    EXPECT_EQ(runtime::make_drafter(c), nullptr);
+}
+
+// --- the engine ------------------------------------------------------------------------------
+
+struct Model {
+    std::string name, dir;
+    int vocab = 0;
+    int block_size = 4;
+};
+
+void PrintTo(const Model& m, std::ostream* os) { *os << m.name; }
+
+std::vector<Model> models() {
+    return {
+        {"v4_tiny", make_model_dir("v4/v4_tiny_a", 1024), 1024, 4},
+        {"v41_tiny", make_model_dir("v41/v41_tiny_a", 512), 512, 4},
+        {"nano", data_path("../../models/deepinfer-nano"), 4096, 16},
+    };
+}
+
+struct Output {
+    std::vector<int32_t> tokens;
+    std::vector<uint32_t> logprobs;  // bits
+    std::vector<std::pair<int32_t, uint32_t>> top;
+    bool operator==(const Output&) const = default;
+};
+
+struct Runs {
+    std::vector<Output> outputs;  // per request and completion
+    EngineStats stats;
+};
+
+EngineConfig engine_config(const Model& m) {
+    EngineConfig c;
+    c.model.path = m.dir;
+    c.model.threads = 2;
+    c.model.device = device();
+    c.cache.block_size = m.block_size;
+    c.deterministic = device() != "cpu";  // the same logits whatever the batch: CUDA needs the mode
+    return c;
+}
+
+// Greedy continuations of `prompts` (no drafts).
+std::vector<std::vector<int32_t>> continuations(const Model& m, const std::vector<std::vector<int32_t>>& prompts, int tokens) {
+    auto engine = Engine::create(engine_config(m));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& p : prompts) {
+        GenerationRequest r;
+        r.prompt_tokens = p;
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = tokens;
+        r.sampling.ignore_eos = true;
+        streams.push_back(engine->submit(std::move(r)));
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& st : streams) {
+        auto& mine = out.emplace_back();
+        while (auto ev = st->next())
+            for (const auto& sq : ev->sequences) mine.insert(mine.end(), sq.tokens.begin(), sq.tokens.end());
+    }
+    return out;
+}
+
+// Requests of every kind whose prompts repeat themselves: a random start P (with a motif repeated
+// in it), P's own greedy continuation C, then P's tail again, so that the model tends to say C
+// again and the n-gram drafter proposes it: drafts are kept and rejected at every position.
+std::vector<GenerationRequest> requests(const Model& m, uint64_t seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    auto random_tokens = [&](int n) {
+        std::vector<int32_t> t(n);
+        for (auto& x : t) x = static_cast<int32_t>(rng() % m.vocab);
+        return t;
+    };
+    std::vector<std::vector<int32_t>> starts;
+    std::vector<int32_t> shared = random_tokens(40);  // a system prompt several requests share
+    for (int i = 0; i < 8; ++i) {
+        std::vector<int32_t> motif = random_tokens(3 + static_cast<int>(rng() % 8)), prompt;
+        if (i % 2 == 0) prompt = shared;
+        for (int k = 0; k < 3; ++k) {
+            prompt.insert(prompt.end(), motif.begin(), motif.end());
+            std::vector<int32_t> noise = random_tokens(static_cast<int>(rng() % 4));
+            prompt.insert(prompt.end(), noise.begin(), noise.end());
+        }
+        starts.push_back(std::move(prompt));
+    }
+    std::vector<std::vector<int32_t>> said = continuations(m, starts, 24);
+    std::vector<GenerationRequest> out;
+    for (int i = 0; i < 8; ++i) {
+        GenerationRequest r;
+        r.prompt_tokens = starts[i];
+        r.prompt_tokens.insert(r.prompt_tokens.end(), said[i].begin(), said[i].end());
+        r.prompt_tokens.insert(r.prompt_tokens.end(), starts[i].end() - 12, starts[i].end());
+        r.sampling.max_tokens = 24 + static_cast<int>(rng() % 24);
+        r.sampling.ignore_eos = true;
+        r.sampling.seed = rng();
+        r.sampling.logprobs = i % 3;
+        switch (i % 4) {
+        case 0: r.sampling.temperature = 0; break;
+        case 1: r.sampling.temperature = 0.7f, r.sampling.top_p = 0.9f; break;
+        case 2: r.sampling.temperature = 1.0f, r.sampling.n = 2, r.sampling.top_k = 20; break;
+        case 3: r.sampling.temperature = 0, r.sampling.presence_penalty = 0.5f; break;  // decodes without drafts
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+// Proposes what decoding without drafts produced (the sequence that continues the tokens so far),
+// with one token made wrong at a place that depends on the length: drafts are kept and rejected
+// at every position, and sometimes all are kept.
+class OracleDrafter final : public runtime::Drafter {
+public:
+    OracleDrafter(std::vector<std::vector<int32_t>> sequences, int vocab) : sequences_(std::move(sequences)), vocab_(vocab) {}
+    std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const override {
+        for (const auto& f : sequences_) {
+            if (f.size() <= tokens.size() || !std::equal(tokens.begin(), tokens.end(), f.begin())) continue;
+            std::vector<int32_t> d(f.begin() + tokens.size(), f.begin() + std::min(f.size(), tokens.size() + max_tokens));
+            size_t wrong = (tokens.size() * 2654435761u >> 7) % (d.size() + 2);
+            if (wrong < d.size()) d[wrong] = (d[wrong] + 1) % vocab_;
+            return d;
+        }
+        return {};
+    }
+
+private:
+    std::vector<std::vector<int32_t>> sequences_;
+    int vocab_;
+};
+
+struct Setup {
+    bool speculative = true;
+    std::shared_ptr<const runtime::Drafter> drafter;  // null: the n-gram drafter
+    int draft = 4;
+    int max_batch_tokens = 64;
+    bool prefix_cache = true;
+    int64_t cache_bytes = 64 << 20;
+    bool unchecked = false;
+};
+
+Runs run(const Model& m, const Setup& s, uint64_t seed) {
+    EngineConfig c = engine_config(m);
+    c.cache.memory_bytes = s.cache_bytes;
+    c.cache.max_sequences = 6;
+    c.cache.prefix.enabled = s.prefix_cache;
+    c.scheduler.max_batch_tokens = s.max_batch_tokens;
+    if (s.speculative) c.speculative.method = "ngram";
+    c.speculative.drafter = s.drafter;
+    c.speculative.num_draft_tokens = s.draft;
+    c.speculative.test_accept_unchecked = s.unchecked;
+    auto engine = Engine::create(c);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    std::vector<int> n;
+    for (auto& r : requests(m, seed)) {
+        n.push_back(r.sampling.n);
+        streams.push_back(engine->submit(std::move(r)));
+    }
+    Runs out;
+    for (size_t i = 0; i < streams.size(); ++i) {
+        std::vector<Output> mine(n[i]);
+        while (auto ev = streams[i]->next()) {
+            EXPECT_TRUE(ev->error.empty()) << ev->error;
+            for (const auto& sq : ev->sequences) {
+                Output& o = mine.at(sq.index);
+                o.tokens.insert(o.tokens.end(), sq.tokens.begin(), sq.tokens.end());
+                for (const auto& lp : sq.logprobs) o.logprobs.push_back(std::bit_cast<uint32_t>(lp.logprob));
+                for (const auto& row : sq.top_logprobs)
+                    for (const auto& lp : row) o.top.emplace_back(lp.token, std::bit_cast<uint32_t>(lp.logprob));
+            }
+        }
+        out.outputs.insert(out.outputs.end(), mine.begin(), mine.end());
+    }
+    engine->shutdown(false);
+    out.stats = engine->stats();
+    return out;
+}
+
+uint64_t test_seed() {
+    static const uint64_t seed = [] {
+        uint64_t s = std::random_device{}();
+        if (const char* env = std::getenv("DEEPINFER_TEST_SEED")) s = std::strtoull(env, nullptr, 10);
+        std::printf("DEEPINFER_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
+        return s;
+    }();
+    return seed;
+}
+
+class Speculative : public ::testing::TestWithParam<Model> {};
+
+// The oracle of a run without drafts of the requests of `seed`.
+std::shared_ptr<const runtime::Drafter> oracle(const Model& m, const Runs& plain, uint64_t seed) {
+    std::vector<std::vector<int32_t>> sequences;
+    for (const auto& r : requests(m, seed))
+        for (int j = 0; j < r.sampling.n; ++j) {
+            std::vector<int32_t> f = r.prompt_tokens;
+            const auto& out = plain.outputs.at(sequences.size()).tokens;
+            f.insert(f.end(), out.begin(), out.end());
+            sequences.push_back(std::move(f));
+        }
+    return std::make_shared<OracleDrafter>(std::move(sequences), m.vocab);
+}
+
+void expect_same(const Runs& got, const Runs& want) {
+    ASSERT_EQ(got.outputs.size(), want.outputs.size());
+    for (size_t i = 0; i < got.outputs.size(); ++i) {
+        EXPECT_EQ(got.outputs[i].tokens, want.outputs[i].tokens) << "completion " << i;
+        EXPECT_EQ(got.outputs[i].logprobs, want.outputs[i].logprobs) << "completion " << i;
+        EXPECT_EQ(got.outputs[i].top, want.outputs[i].top) << "completion " << i;
+    }
+}
+
+// Drafts were verified, some kept and some not (the rollback ran).
+void expect_drafts_kept_and_rejected(const SpeculativeStats& s) {
+    std::printf("%lld verifications, %lld of %lld drafts kept\n", static_cast<long long>(s.verifications),
+                static_cast<long long>(s.accepted_tokens), static_cast<long long>(s.draft_tokens));
+    EXPECT_GT(s.verifications, 0);
+    EXPECT_GT(s.accepted_tokens, 0);
+    EXPECT_LT(s.accepted_tokens, s.draft_tokens);
+    ASSERT_FALSE(s.accepted_at.empty());
+    for (size_t i = 0; i < s.accepted_at.size(); ++i) EXPECT_LE(s.accepted_at[i], s.proposed_at[i]);
+    for (size_t i = 1; i < s.accepted_at.size(); ++i) EXPECT_LE(s.accepted_at[i], s.accepted_at[i - 1]);
+}
+
+TEST_P(Speculative, OutputEqualsDecodingWithoutDrafts) {
+    const Model& m = GetParam();
+    Runs want = run(m, {.speculative = false}, test_seed());
+    EXPECT_EQ(want.stats.speculative.verifications, 0);
+    auto drafter = oracle(m, want, test_seed());
+    for (int draft : {1, 4, 7}) {
+        SCOPED_TRACE("draft length " + std::to_string(draft));
+        Runs got = run(m, {.drafter = drafter, .draft = draft}, test_seed());
+        expect_same(got, want);
+        expect_drafts_kept_and_rejected(got.stats.speculative);
+        EXPECT_EQ(got.stats.generated_tokens, want.stats.generated_tokens);  // delivered tokens only
+    }
+}
+
+TEST_P(Speculative, NgramDraftsKeepTheOutput) {
+    const Model& m = GetParam();
+    Runs want = run(m, {.speculative = false}, test_seed() + 3);
+    Runs got = run(m, {}, test_seed() + 3);
+    expect_same(got, want);
+    const SpeculativeStats& s = got.stats.speculative;
+    EXPECT_GT(s.verifications, 0);
+    EXPECT_LT(s.accepted_tokens, s.draft_tokens);
+    if (m.name == "nano") EXPECT_GT(s.accepted_tokens, 0);  // trained: it repeats its prompt; random fixtures rarely do
+    std::printf("%s, n-gram drafts: %lld verifications, %lld of %lld drafts kept\n", m.name.c_str(),
+                static_cast<long long>(s.verifications), static_cast<long long>(s.accepted_tokens),
+                static_cast<long long>(s.draft_tokens));
+}
+
+TEST_P(Speculative, OutputEqualsUnderSmallStepsWithoutPrefixCacheAndUnderPreemption) {
+    const Model& m = GetParam();
+    Runs want = run(m, {.speculative = false}, test_seed() + 1);
+    auto drafter = oracle(m, want, test_seed() + 1);
+    {
+        SCOPED_TRACE("small steps, no prefix cache");
+        Runs got = run(m, {.drafter = drafter, .max_batch_tokens = 7, .prefix_cache = false}, test_seed() + 1);
+        expect_same(got, want);
+        expect_drafts_kept_and_rejected(got.stats.speculative);
+    }
+    // The least cache (to 1/64) in which one sequence holds the longest request (~200 positions):
+    // six resident sequences do not fit, so they preempt one another and are recomputed.
+    auto backend = kernels::make_cpu_backend(1);
+    auto model = model::load_causal_lm(m.dir, *backend);
+    auto holds = [&](int64_t bytes) {
+        try {
+            return model->make_cache(model->plan_cache(6, bytes, m.block_size, 4))->token_capacity() >= 210;
+        } catch (const Error&) {  // not even the fixed state fits
+            return false;
+        }
+    };
+    int64_t hi = int64_t{1} << 16;
+    while (!holds(hi)) hi *= 2;
+    int64_t lo = hi / 2;
+    while (hi - lo > hi / 64) (holds((lo + hi) / 2) ? hi : lo) = (lo + hi) / 2;
+    SCOPED_TRACE("preemption");
+    Runs got = run(m, {.drafter = drafter, .cache_bytes = hi}, test_seed() + 1);
+    expect_same(got, want);
+    EXPECT_GT(got.stats.preemptions, 0);
+    expect_drafts_kept_and_rejected(got.stats.speculative);
+}
+
+TEST_P(Speculative, KeepingDraftsWithoutCheckingThemChangesTheOutput) {
+    const Model& m = GetParam();
+    Runs want = run(m, {.speculative = false}, test_seed() + 2);
+    Runs broken = run(m, {.drafter = oracle(m, want, test_seed() + 2), .unchecked = true}, test_seed() + 2);
+    EXPECT_GT(broken.stats.speculative.verifications, 0);
+    bool differs = false;
+    for (size_t i = 0; i < want.outputs.size(); ++i) differs = differs || broken.outputs[i].tokens != want.outputs[i].tokens;
+    EXPECT_TRUE(differs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Speculative, ::testing::ValuesIn(models()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace deepinfer::test
