@@ -47,6 +47,30 @@ if [ "${1:-}" = determinism ]; then
     done
     exit 0
 fi
+# `gpu_run_cuda.sh speculative [bench|sps]`: speculative decoding. The carry kernels against the
+# reference (with slack rows), V4 / V4.1 parity, the engine's speculative tests on CUDA (their
+# engines run --deterministic, so drafts or not the logits are the same bits), then the bundled
+# model end to end with n-gram drafts vs none at concurrency 1 (bench/speculative_bench.sh on the
+# text files in .devcache/prompts) and the verify cost SPS(B) on flash-dims (bench_forward
+# --verify-tokens: steps of B sequences x T tokens).
+if [ "${1:-}" = speculative ]; then
+    if [ "${2:-}" != bench ] && [ "${2:-}" != sps ]; then
+        step carry kernels; run 120 $bin/kernel_tests --gtest_filter='*Compressor*cuda*:*PairPooling*cuda*'
+        step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
+        step speculative decoding in the engine on CUDA
+        DEEPINFER_TEST_DEVICE=cuda run 240 $bin/speculative_tests
+    fi
+    if [ "${2:-}" != sps ]; then
+        step "nano, n-gram drafts vs none, concurrency 1, greedy (cuda)"
+        BIN=$bin DEVICE=cuda ROUNDS=${ROUNDS:-2} run 240 bench/speculative_bench.sh .devcache/prompts/*.py
+    fi
+    [ -n "${SKIP_SPS:-}" ] && exit 0
+    rm -rf /tmp/ckpt-*; step "make flash-dims"; run 200 $bin/make_random_v4 --preset flash-dims --out /tmp/ckpt-flash-dims
+    step "verify cost SPS(B) on flash-dims"
+    run 300 $bin/bench_forward --model /tmp/ckpt-flash-dims --device cuda --prompt 16 --batch 1,16,64 \
+        --verify-tokens 1,2,3,5,9 --decode-steps 8
+    exit 0
+fi
 # SKIP_TESTS=1 goes straight to the benchmark of the mode (e.g. a second call on a warm machine).
 if [ -z "${SKIP_TESTS:-}" ]; then
 # Includes the device sampler against the reference and the host sampler (Backends/SamplingOps.*/cuda).
