@@ -3,7 +3,7 @@
 // tokens and logprobs, bit for bit, when each runs alone on a fresh engine without a prefix cache
 // and when they run among 1 to 64 random other requests arriving at random times, under other
 // step budgets (so their prompts are cut into other chunks), with a cache small enough to force
-// preemption, and with prefix caching on (a short bounded replay) or off. The same busy run with
+// preemption, with prefix caching on (a short bounded replay) or off, and with speculative decoding. The same busy run with
 // the probes not deterministic differs, which shows that the comparison can fail: a hit then
 // replays too few positions to rebuild the window rings exactly.
 #include <gtest/gtest.h>
@@ -120,7 +120,7 @@ protected:
     // for deterministic requests, which replay CausalLm::exact_replay_tokens instead).
     EngineConfig config(bool prefix_cache, bool deterministic) const {
         EngineConfig c = GetParam().config(prefix_cache);
-        c.model.swa_replay_tokens = sliding_window_of(GetParam()) + 1;
+        c.model.swa_replay_tokens = sliding_window_of(GetParam()) + 1 + replay_extra_;
         c.cache.max_sequences = 16;
         c.model.precision = precision_;
         c.model.quantize = quantize_;
@@ -199,6 +199,7 @@ protected:
     int max_others() const { return GetParam().name == "nano" ? 16 : 64; }
 
     std::string precision_, quantize_;  // the engine's numerics (default: the model's own)
+    int replay_extra_ = 0;              // replayed positions beyond window + 1 (room for a rollback)
     uint32_t seed_ = 0;
     std::mt19937 rng_;
     std::vector<int32_t> shared_prefix_;
@@ -251,6 +252,22 @@ TEST_P(Determinism, PreemptionUnderASmallCacheKeepsEachProbesBits) {
                                                       .max_pause_us = 0, .random_budget = false}),
                 reference);
     EXPECT_GT(stats.preemptions, 0);
+}
+
+// Speculative decoding (n-gram drafts of a fixed length, K spare rows) in the busy engine: each
+// probe still gets its bits alone (drafts or not, a position's logits and draw are the same).
+TEST_P(Determinism, SpeculativeDecodingKeepsEachProbesBits) {
+    SCOPED_TRACE(trace());
+    for (Probe& p : probes_) p.sampling.max_tokens = 24;  // long enough to verify drafts
+    replay_extra_ = 8;  // V4.1's bounded replay covers the window plus the rollback (alone too: it sets what prefill sees)
+    auto reference = alone();
+    EngineConfig c = config(true, true);
+    c.speculative.method = "ngram";
+    c.speculative.num_draft_tokens = 1 + static_cast<int>(rng_() % 8);
+    SCOPED_TRACE("draft length " + std::to_string(c.speculative.num_draft_tokens));
+    EngineStats stats;
+    expect_same(busy(c, true, max_others(), &stats), reference);
+    EXPECT_GT(stats.speculative.verifications, 0);
 }
 
 // The per-request field alone (the engine not deterministic) gives the same bits where the
