@@ -62,6 +62,10 @@ void add_speculative_options(CLI::App* cmd, SpeculativeConfig& s) {
         ->check(CLI::IsMember({"off", "ngram", "dspark", "mtp"}));
     cmd->add_option("--num-draft-tokens", s.num_draft_tokens, "drafted tokens verified per step and sequence (1-64)")
         ->check(CLI::Range(1, 64));
+    cmd->add_option("--spec-verify", s.verify,
+                    "confidence: each step verifies the drafts worth their cost (from the drafts kept so far and the "
+                    "measured step time); fixed: every draft found")
+        ->check(CLI::IsMember({"confidence", "fixed"}));
     cmd->add_option("--ngram-min", s.ngram_min, "shortest suffix the n-gram drafter matches")->check(CLI::PositiveNumber);
     cmd->add_option("--ngram-max", s.ngram_max, "longest suffix the n-gram drafter matches (tried first)")
         ->check(CLI::PositiveNumber);

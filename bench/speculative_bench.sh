@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Speculative decoding end to end: `deepinfer bench` with drafts off and with n-gram drafts of each
-# length in DRAFTS, in alternating rounds on one machine, prompts cut from the text files given
+# Speculative decoding end to end: `deepinfer bench` with drafts off and with n-gram drafts in each
+# of MODES (VERIFY:K = --spec-verify VERIFY --num-draft-tokens K), in alternating rounds on one machine, prompts cut from the text files given
 # (code, so that prompt lookup finds something). Prints one table: output tokens/s (min / median /
 # max over the rounds), TPOT p50, the mean tokens per verification (the sampled token included)
 # and the acceptance by draft position; the speed-up is the ratio of the medians against off.
-#   bench/speculative_bench.sh FILE... [env: MODEL, DEVICE=cpu, CONCURRENCY=1, TEMPERATURE=0,
-#                                       DRAFTS="2 4 8", ROUNDS=3, PROMPTS=16, INPUT=256, OUTPUT=256, EXTRA]
+#   bench/speculative_bench.sh FILE... [env: MODEL, DEVICE=cpu, CONCURRENCY=1, TEMPERATURE=0, ROUNDS=3,
+#       MODES="fixed:2 fixed:4 fixed:8 confidence:8", PROMPTS=16, INPUT=256, OUTPUT=256, EXTRA]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: $0 FILE..." >&2; exit 2; }
@@ -15,11 +15,11 @@ model_args=()
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 modes=(off)
-for k in ${DRAFTS:-2 4 8}; do modes+=("ngram:$k"); done
+for m in ${MODES:-fixed:2 fixed:4 fixed:8 confidence:8}; do modes+=("$m"); done
 for round in $(seq "${ROUNDS:-3}"); do
     for mode in "${modes[@]}"; do
         spec=(--speculative off)
-        [ "$mode" != off ] && spec=(--speculative ngram --num-draft-tokens "${mode#ngram:}")
+        [ "$mode" != off ] && spec=(--speculative ngram --spec-verify "${mode%:*}" --num-draft-tokens "${mode#*:}")
         # shellcheck disable=SC2086
         "$bin" bench "${model_args[@]}" --device "${DEVICE:-cpu}" --num-prompts "${PROMPTS:-16}" --input-len "${INPUT:-256}" \
             --output-len "${OUTPUT:-256}" --concurrency "${CONCURRENCY:-1}" --temperature "${TEMPERATURE:-0}" \

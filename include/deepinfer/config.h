@@ -119,6 +119,10 @@ struct SpeculativeConfig {
     std::string method;
     int num_draft_tokens = 4;
     int ngram_min = 1, ngram_max = 3;  // lengths of the suffix matched, longest first
+    // "confidence": each step verifies, per sequence, the drafts worth their cost (the chance they
+    // are kept, from what was kept so far at each draft position, against the step time measured
+    // per token count; DSpark's Algorithm 1). "fixed": every draft found, up to num_draft_tokens.
+    std::string verify = "confidence";
     // A drafter of the caller's own (embedders, tests), used instead of `method`'s.
     std::shared_ptr<const runtime::Drafter> drafter;
     // Tests only: keep every draft without checking it (a broken acceptance rule).

@@ -116,7 +116,13 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     DI_CHECK(config.scheduler.max_batch_tokens >= 1 && config.scheduler.max_running >= 1,
              "scheduler: max_batch_tokens and max_running must be positive");
     scheduler_ = std::make_unique<Scheduler>(config.scheduler, *cache_);
-    if (drafter_) scheduler_->set_drafter(drafter_.get(), config.speculative.num_draft_tokens);
+    if (drafter_) {
+        const std::string& verify = config.speculative.verify;
+        DI_CHECK(verify == "confidence" || verify == "fixed", "speculative: verify mode '{}' is not confidence or fixed", verify);
+        bool scheduled = verify == "confidence";
+        scheduler_->set_speculation({drafter_.get(), config.speculative.num_draft_tokens, scheduled ? &step_cost_ : nullptr,
+                                     scheduled ? &acceptance_ : nullptr});
+    }
     start_prefix_cache();
     if (!config.trace_path.empty()) trace_.enable();
     // A step samples at most one row per sequence resident in the cache.

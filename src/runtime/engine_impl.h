@@ -23,6 +23,7 @@
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
 #include "runtime/speculative/drafter.h"
+#include "runtime/speculative/verify_planner.h"
 #include "runtime/step_executor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -135,6 +136,8 @@ private:
     std::unique_ptr<StepExecutor> executor_;
     std::unique_ptr<GrammarService> grammar_;
     std::shared_ptr<const Drafter> drafter_;  // speculative decoding (null when off)
+    StepCostModel step_cost_;                 // step time per token count (engine thread)
+    AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.

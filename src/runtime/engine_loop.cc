@@ -328,7 +328,9 @@ void EngineImpl::loop() {
         std::optional<StepPlan> next;
         if (config_.scheduler.async_scheduling) next = plan_step(true);
         try {
-            commit(*inflight, wait_step());
+            StepOutput out = wait_step();
+            step_cost_.record(inflight->num_tokens(), out.seconds);
+            commit(*inflight, out);
             record_prefixes(*inflight, true);
         } catch (const std::exception& e) {
             record_prefixes(*inflight, false);

@@ -32,6 +32,7 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
         while (kept < drafts && (unchecked || samples[kept].token == c.draft[kept])) ++kept;
     }
     s.num_computed += static_cast<int64_t>(kept) + 1;  // the sequence's last token and the kept drafts
+    if (!samples.empty()) acceptance_.record(static_cast<int>(drafts), static_cast<int>(kept));
     {
         std::lock_guard<std::mutex> lock(stats_mutex_);
         SpeculativeStats& st = stats_.speculative;

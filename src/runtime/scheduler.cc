@@ -70,24 +70,50 @@ bool Scheduler::make_room(Sequence* s, int64_t upto, const StepPlan& plan, bool 
 void Scheduler::schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bool decodes) {
     std::sort(running_.begin(), running_.end(), before);
     std::vector<Sequence*> order = running_;  // preemption edits running_
+    std::vector<size_t> drafting;             // chunks that may take drafts
     for (Sequence* s : order) {
         int64_t todo = s->pending();
         if (budget <= 0 || s->cache_state < 0 || todo <= 0 || (todo == 1) != decodes || in_plan(plan, s)) continue;
-        if (decodes && s->speculative && drafter_) {
-            if (ahead) {
-                needs_sync_ = true;
-                continue;
-            }
-            if (auto chunk = draft_chunk(s, budget, plan)) {
-                budget -= chunk->count;
-                plan.chunks.push_back(std::move(*chunk));
-            }
+        bool speculative = decodes && s->speculative && spec_.drafter;
+        if (speculative && ahead) {
+            needs_sync_ = true;
             continue;
         }
         int64_t start = s->length_after_inflight(), count = chunk_for(s, start, std::min(todo, budget));
         if (!make_room(s, start + count, plan, ahead)) continue;
+        if (speculative) drafting.push_back(plan.chunks.size());
         plan.chunks.push_back({s, start, count, count == todo});
         budget -= count;
+    }
+    if (!drafting.empty()) add_drafts(plan, budget, drafting);
+}
+
+void Scheduler::add_drafts(StepPlan& plan, int64_t& budget, const std::vector<size_t>& chunks) {
+    std::vector<std::vector<int32_t>> drafts;
+    std::vector<std::vector<double>> confidences;
+    for (size_t i : chunks) {
+        const ScheduledChunk& c = plan.chunks[i];
+        const Sequence* s = c.seq;
+        // The chunk samples after each draft: none at max_length or beyond.
+        int64_t room = std::min<int64_t>(spec_.max_draft, s->max_length - 1 - static_cast<int64_t>(s->tokens.size()));
+        std::vector<int32_t> d = room > 0 ? spec_.drafter->propose(s->tokens, static_cast<int>(room)) : std::vector<int32_t>{};
+        d.resize(static_cast<size_t>(chunk_for(s, c.start, 1 + static_cast<int64_t>(d.size())) - 1));
+        std::vector<double>& conf = confidences.emplace_back();
+        for (size_t j = 0; j < d.size(); ++j) conf.push_back(spec_.acceptance ? spec_.acceptance->confidence(static_cast<int>(j)) : 1.0);
+        drafts.push_back(std::move(d));
+    }
+    std::vector<int> lengths(chunks.size());
+    if (spec_.cost) lengths = plan_verify_lengths(confidences, plan.num_tokens(), *spec_.cost);
+    else
+        for (size_t k = 0; k < chunks.size(); ++k) lengths[k] = static_cast<int>(drafts[k].size());
+    for (size_t k = 0; k < chunks.size() && budget > 0; ++k) {
+        ScheduledChunk& c = plan.chunks[chunks[k]];
+        int64_t take = std::min<int64_t>(lengths[k], budget);
+        // More blocks for the drafts only where they are free: drafts never preempt anyone.
+        if (take <= 0 || !reserve_evicting(c.seq->cache_state, c.start + 1 + take)) continue;
+        c.draft.assign(drafts[k].begin(), drafts[k].begin() + take);
+        c.count += take;
+        budget -= take;
     }
 }
 
@@ -110,17 +136,6 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
         plan.chunks.push_back({s, s->num_computed, count, count == todo});
         budget -= count;
     }
-}
-
-std::optional<ScheduledChunk> Scheduler::draft_chunk(Sequence* s, int64_t budget, const StepPlan& plan) {
-    int64_t start = s->num_computed, length = static_cast<int64_t>(s->tokens.size());
-    // The chunk computes positions start .. start + drafts and samples the tokens after each.
-    int64_t room = std::min({static_cast<int64_t>(max_draft_), budget - 1, s->max_length - 1 - length});
-    std::vector<int32_t> draft = room > 0 ? drafter_->propose(s->tokens, static_cast<int>(room)) : std::vector<int32_t>{};
-    int64_t count = chunk_for(s, start, 1 + static_cast<int64_t>(draft.size()));
-    draft.resize(static_cast<size_t>(count - 1));
-    if (!make_room(s, start + count, plan, false)) return std::nullopt;
-    return ScheduledChunk{s, start, count, true, std::move(draft)};
 }
 
 int64_t Scheduler::first_chunk_cap() const {

@@ -20,6 +20,7 @@
 #include "runtime/cache/prefix_cache.h"
 #include "runtime/sequence.h"
 #include "runtime/speculative/drafter.h"
+#include "runtime/speculative/verify_planner.h"
 
 namespace deepinfer::runtime {
 
@@ -61,9 +62,16 @@ public:
     // spans nobody uses give their blocks up before a running sequence is preempted.
     void set_prefix_cache(PrefixCache* cache) { prefix_cache_ = cache; }
     // Speculative decoding: decoding sequences marked speculative take up to `max_draft` drafted
-    // tokens in their chunk. Their next chunk depends on how many the step keeps, so a plan made
-    // ahead leaves them out and asks for a sync.
-    void set_drafter(const Drafter* drafter, int max_draft) { drafter_ = drafter, max_draft_ = max_draft; }
+    // tokens in their chunk, as many as `cost` and `acceptance` make worth it (confidence-scheduled
+    // verification; without them every draft found). Their next chunk depends on how many the step
+    // keeps, so a plan made ahead leaves them out and asks for a sync.
+    struct Speculation {
+        const Drafter* drafter = nullptr;
+        int max_draft = 0;
+        const StepCostModel* cost = nullptr;
+        const AcceptanceModel* acceptance = nullptr;
+    };
+    void set_speculation(const Speculation& s) { spec_ = s; }
 
 private:
     void preempt(Sequence* s);
@@ -71,8 +79,9 @@ private:
     // Decode tokens (`decodes`) or prompt chunks of sequences already admitted.
     void schedule_running(StepPlan& plan, int64_t& budget, bool ahead, bool decodes);
     int64_t first_chunk_cap() const;
-    // The decode chunk of a speculative sequence: its last token and the drafts that fit.
-    std::optional<ScheduledChunk> draft_chunk(Sequence* s, int64_t budget, const StepPlan& plan);
+    // Drafts for the decode chunks `chunks` of `plan` (speculative sequences' last tokens), within
+    // the budget and the blocks free.
+    void add_drafts(StepPlan& plan, int64_t& budget, const std::vector<size_t>& chunks);
     void admit_waiting(StepPlan& plan, int64_t& budget);
     // Prefix-cache hooks (no-ops without one).
     bool reserve_evicting(int state, int64_t upto);
@@ -84,8 +93,7 @@ private:
     SchedulerConfig config_;
     model::SequenceCache& cache_;
     PrefixCache* prefix_cache_ = nullptr;
-    const Drafter* drafter_ = nullptr;
-    int max_draft_ = 0;
+    Speculation spec_;
     std::vector<Sequence*> waiting_, running_;
     int64_t preemptions_ = 0;
     bool needs_sync_ = false;

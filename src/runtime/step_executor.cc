@@ -1,6 +1,7 @@
 #include "runtime/step_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -57,6 +58,7 @@ std::vector<int32_t> StepExecutor::apply_masks(Tensor& logits, StepMasks& masks)
 }
 
 StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_ptr<StepMasks> masks) {
+    auto start = std::chrono::steady_clock::now();
     Tensor logits;
     {
         TraceRecorder::Scope span(trace_, "forward",
@@ -75,6 +77,7 @@ StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_pt
     if (!job.rows.empty()) sample(logits, job, out);
     if (masks) download_late_rows(logits, *masks, late, out);
     out.masks = std::move(masks);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }
 

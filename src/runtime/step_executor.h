@@ -40,6 +40,7 @@ struct StepOutput {
     int top_width = 0;                  // the most top logprobs a row asks for
     std::shared_ptr<StepMasks> masks;             // the step's grammar rows (null when none)
     std::vector<std::vector<float>> late_logits;  // per grammar row: [vocab] when late, else empty
+    double seconds = 0;                           // the step's forward and sampling
 };
 
 class StepExecutor {

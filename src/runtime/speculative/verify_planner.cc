@@ -1,0 +1,76 @@
+#include "runtime/speculative/verify_planner.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace deepinfer::runtime {
+
+void StepCostModel::record(int64_t tokens, double seconds) {
+    size_t at = static_cast<size_t>(std::clamp<int64_t>(tokens, 1, kMaxTokens));
+    if (average_.size() <= at) average_.resize(at + 1), samples_.resize(at + 1);
+    int& n = samples_[at];
+    average_[at] = n == 0 ? seconds : 0.9 * average_[at] + 0.1 * seconds;  // recent steps weigh most
+    if (++n == kMinSamples) ++measured_;
+}
+
+double StepCostModel::seconds(int64_t tokens) const {
+    int64_t at = std::clamp<int64_t>(tokens, 1, kMaxTokens), size = static_cast<int64_t>(average_.size());
+    auto measured = [&](int64_t b) { return b >= 1 && b < size && samples_[b] >= kMinSamples; };
+    if (measured(at)) return average_[at];
+    int64_t lo = std::min(at, size - 1), hi = at;
+    while (lo >= 1 && !measured(lo)) --lo;
+    while (hi < size && !measured(hi)) ++hi;
+    if (lo < 1) return average_[hi];
+    if (hi >= size) return average_[lo];
+    double f = static_cast<double>(at - lo) / static_cast<double>(hi - lo);
+    return average_[lo] + f * (average_[hi] - average_[lo]);
+}
+
+void AcceptanceModel::record(int drafts, int kept) {
+    if (static_cast<int>(reached_.size()) < drafts) reached_.resize(drafts), kept_.resize(drafts);
+    for (int j = 0; j < drafts && j <= kept; ++j) ++reached_[j];  // drafts before j were all kept
+    for (int j = 0; j < kept; ++j) ++kept_[j];
+}
+
+double AcceptanceModel::confidence(int position) const {
+    if (position >= static_cast<int>(reached_.size()) || reached_[position] < kExplore) return 1.0;
+    return (static_cast<double>(kept_[position]) + 1.0) / (static_cast<double>(reached_[position]) + 2.0);
+}
+
+std::vector<int> plan_verify_lengths(const std::vector<std::vector<double>>& confidences, int64_t base_rows,
+                                     const StepCostModel& cost) {
+    std::vector<int> lengths(confidences.size(), 0);
+    // (a, sequence, position): a is the product of the confidences up to the position.
+    std::vector<std::tuple<double, size_t, int>> candidates;
+    for (size_t r = 0; r < confidences.size(); ++r) {
+        double a = 1.0;
+        for (size_t j = 0; j < confidences[r].size(); ++j) {
+            a *= confidences[r][j];
+            candidates.emplace_back(a, r, static_cast<int>(j));
+        }
+    }
+    if (!cost.ready()) {  // nothing measured yet: verify every draft
+        for (size_t r = 0; r < confidences.size(); ++r) lengths[r] = static_cast<int>(confidences[r].size());
+        return lengths;
+    }
+    // Higher a first; a sequence's positions stay in order (a never grows along them).
+    std::stable_sort(candidates.begin(), candidates.end(), [](const auto& x, const auto& y) {
+        return std::get<0>(x) > std::get<0>(y) || (std::get<0>(x) == std::get<0>(y) && std::get<2>(x) < std::get<2>(y));
+    });
+    double tokens = static_cast<double>(base_rows);
+    int64_t rows = base_rows;
+    double best = tokens / cost.seconds(rows);
+    size_t best_prefix = 0;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+        tokens += std::get<0>(candidates[i]);
+        double rate = tokens / cost.seconds(++rows);
+        if (rate > best) best = rate, best_prefix = i + 1;
+    }
+    for (size_t i = 0; i < best_prefix; ++i) {
+        auto [a, r, j] = candidates[i];
+        lengths[r] = std::max(lengths[r], j + 1);
+    }
+    return lengths;
+}
+
+}  // namespace deepinfer::runtime

@@ -1,0 +1,52 @@
+#pragma once
+// Confidence-scheduled verification (DSpark paper, Algorithm 1): how many of its drafts each
+// sequence verifies in a step. Draft j of sequence r is kept with probability a[r][j] (the product
+// of the per-position confidences up to j); a step that verifies B tokens in all runs at SPS(B)
+// steps per second. Candidates (r, j) are admitted in order of a, each after its predecessor,
+// and the admitted prefix that maximises expected tokens per second, (rows + sum of admitted a)
+// x SPS(B), is the plan. Keeping or dropping drafts never changes the output (their verification
+// is lossless), only the speed.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer::runtime {
+
+// Step time as a function of the tokens a step computes (1 / SPS(B)), measured on the running
+// engine: a moving average per token count. A count not measured yet is interpolated between
+// the nearest measured ones, and above the largest below it costs what that one costs (an
+// optimistic guess, so that larger verify batches get tried and measured).
+class StepCostModel {
+public:
+    void record(int64_t tokens, double seconds);
+    bool ready() const { return measured_ > 0; }
+    double seconds(int64_t tokens) const;  // ready() only
+
+private:
+    static constexpr int64_t kMaxTokens = 8192;  // larger steps count as this many
+    static constexpr int kMinSamples = 2;
+    std::vector<double> average_;
+    std::vector<int> samples_;
+    int measured_ = 0;  // token counts with kMinSamples samples
+};
+
+// Per draft position, how often a draft there is kept once every draft before it was: the
+// confidence of n-gram drafts (which have no confidence head). A position verified fewer than
+// kExplore times counts as sure, so that every position gets measured.
+class AcceptanceModel {
+public:
+    void record(int drafts, int kept);
+    double confidence(int position) const;
+
+private:
+    static constexpr int64_t kExplore = 16;
+    std::vector<int64_t> reached_, kept_;
+};
+
+// The verify length of each sequence (at most confidences[r].size()): `base_rows` tokens are in the
+// step whatever is chosen (one per decoding sequence, plus prefill), confidences[r][j] is the
+// chance draft j of sequence r is kept once its predecessors were.
+std::vector<int> plan_verify_lengths(const std::vector<std::vector<double>>& confidences, int64_t base_rows,
+                                     const StepCostModel& cost);
+
+}  // namespace deepinfer::runtime
