@@ -63,6 +63,9 @@ protected:
         c.model.threads = 2;
         c.cache.memory_bytes = 8 << 20;
         c.cache.max_sequences = 24;
+        // Every test's requests also go through speculative decoding (n-gram drafts, each verified).
+        c.speculative.method = "ngram";
+        c.speculative.verify = "fixed";
         engine_ = Engine::create(c).release();
         ServerConfig sc;
         sc.port = 0;
@@ -234,6 +237,16 @@ TEST_F(ServerTest, ManyConcurrentStreams) {
     EXPECT_NE(metrics.find("deepinfer_time_to_first_token_seconds_count"), std::string::npos);
     EXPECT_NE(metrics.find("deepinfer_cache_usage_ratio"), std::string::npos);
     EXPECT_NE(metrics.find("deepinfer_cache_bytes{model=\"tiny\",kind=\"csa_entries\"}"), std::string::npos);
+    // A prompt holding 1,000 of the 1,024 token ids: the n-gram drafter finds the last token before.
+    json every = json::array();
+    for (int t = 0; t < 1000; ++t) every.push_back((t * 389) % 1024);
+    int status = 0;
+    post("/v1/completions", {{"model", "tiny"}, {"prompt", every}, {"max_tokens", 6}, {"temperature", 0}}, &status);
+    EXPECT_EQ(status, 200);
+    metrics = client().Get("/metrics")->body;
+    EXPECT_EQ(metrics.find("deepinfer_spec_verifications_total{model=\"tiny\"} 0"), std::string::npos);
+    EXPECT_NE(metrics.find("deepinfer_spec_verifications_total{model=\"tiny\"}"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("deepinfer_spec_accepted_at_total{model=\"tiny\",position=\"1\"}"), std::string::npos);
 }
 
 // `deepinfer serve` as a process: SIGTERM lets an in-flight stream finish, then exits 0.
