@@ -44,7 +44,10 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
         for (size_t i = 0; i < kept; ++i) st.accepted_at[i] += 1;
     }
     if (trace_.enabled()) trace_.counter("drafts kept", static_cast<double>(kept));
-    for (size_t i = 0; i < samples.size() && i <= kept && !s.finished(); ++i) append_token(s, std::move(samples[i]), detokenize_us);
+    for (size_t i = 0; i < samples.size() && i <= kept && !s.finished(); ++i) {
+        if (i < kept) samples[i].token = c.draft[i];  // the same token, unless kept unchecked (tests)
+        append_token(s, std::move(samples[i]), detokenize_us);
+    }
 }
 
 }  // namespace deepinfer::runtime
