@@ -58,7 +58,7 @@ if [ "${1:-}" = speculative ]; then
         step carry kernels; run 120 $bin/kernel_tests --gtest_filter='*Compressor*cuda*:*PairPooling*cuda*'
         step V4 and V4.1 parity on CUDA; run 120 $bin/model_tests --gtest_filter='*Cuda*'
         step speculative decoding in the engine on CUDA
-        DEEPINFER_TEST_DEVICE=cuda run 240 $bin/speculative_tests
+        DEEPINFER_TEST_DEVICE=cuda run 300 $bin/speculative_tests --gtest_filter="${SPEC_FILTER:--SpeculativeDistribution*}"
     fi
     if [ "${2:-}" != sps ]; then
         step "nano, n-gram drafts vs none, concurrency 1, greedy (cuda)"
