@@ -223,7 +223,8 @@ std::vector<GenerationRequest> requests(const Model& m, uint64_t seed) {
         GenerationRequest r;
         r.prompt_tokens = starts[i];
         r.prompt_tokens.insert(r.prompt_tokens.end(), said[i].begin(), said[i].end());
-        r.prompt_tokens.insert(r.prompt_tokens.end(), starts[i].end() - 12, starts[i].end());
+        size_t tail = std::min<size_t>(12, starts[i].size());
+        r.prompt_tokens.insert(r.prompt_tokens.end(), starts[i].end() - static_cast<std::ptrdiff_t>(tail), starts[i].end());
         r.sampling.max_tokens = 24 + static_cast<int>(rng() % 24);
         r.sampling.ignore_eos = true;
         r.sampling.seed = rng();
