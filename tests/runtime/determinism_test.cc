@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "tests/runtime/cache_size_util.h"
 #include "tests/runtime/prefix_cache_util.h"
 
 namespace deepinfer::test {
@@ -56,25 +57,6 @@ int sliding_window_of(const CachedModel& m) {
     nlohmann::json c = nlohmann::json::parse(std::ifstream(m.dir + "/config.json"));
     if (c.contains("text_config")) c = c["text_config"];
     return c.at("sliding_window").get<int>();
-}
-
-// The least cache memory (to 1/64) whose blocks hold `tokens` positions of one sequence beside
-// the fixed state of c.cache.max_sequences sequences.
-int64_t smallest_cache_for(const EngineConfig& c, int64_t tokens) {
-    auto backend = kernels::make_backend(device(), 1);  // the engine's cache layout on its device
-    auto m = model::load_causal_lm(c.model.path, *backend);
-    auto holds = [&](int64_t bytes) {
-        try {
-            return m->make_cache(m->plan_cache(c.cache.max_sequences, bytes, c.cache.block_size))->token_capacity() >= tokens;
-        } catch (const Error&) {  // not even the fixed state fits
-            return false;
-        }
-    };
-    int64_t hi = int64_t{1} << 20;
-    while (!holds(hi)) hi *= 2;
-    int64_t lo = hi / 2;
-    while (hi - lo > hi / 64) (holds((lo + hi) / 2) ? hi : lo) = (lo + hi) / 2;
-    return hi;
 }
 
 // The random other requests of a busy run.

@@ -15,10 +15,9 @@
 
 #include "base/error.h"
 #include "deepinfer/engine.h"
-#include "kernels/backend.h"
-#include "model/causal_lm.h"
 #include "runtime/speculative/drafter.h"
 #include "runtime/speculative/verify_planner.h"
+#include "tests/runtime/cache_size_util.h"
 #include "tests/runtime/test_models.h"
 
 namespace deepinfer::test {
@@ -397,23 +396,14 @@ TEST_P(Speculative, OutputEqualsUnderSmallStepsWithoutPrefixCacheAndUnderPreempt
         expect_same(got, want);
         expect_drafts_kept_and_rejected(got.stats.speculative);
     }
-    // The least cache (to 1/64) in which one sequence holds the longest request (~200 positions):
-    // six resident sequences do not fit, so they preempt one another and are recomputed.
-    auto backend = kernels::make_cpu_backend(1);
-    auto model = model::load_causal_lm(m.dir, *backend);
-    auto holds = [&](int64_t bytes) {
-        try {
-            return model->make_cache(model->plan_cache(6, bytes, m.block_size, 4))->token_capacity() >= 210;
-        } catch (const Error&) {  // not even the fixed state fits
-            return false;
-        }
-    };
-    int64_t hi = int64_t{1} << 16;
-    while (!holds(hi)) hi *= 2;
-    int64_t lo = hi / 2;
-    while (hi - lo > hi / 64) (holds((lo + hi) / 2) ? hi : lo) = (lo + hi) / 2;
+    // The least cache in which one sequence holds the longest request (~200 positions): six
+    // resident sequences do not fit, so they preempt one another and are recomputed.
+    EngineConfig sizing = engine_config(m);
+    sizing.cache.max_sequences = 6;
+    sizing.speculative.method = "ngram";  // Setup's draft length (4): the spare rows it adds
+    const int64_t tight = smallest_cache_for(sizing, 210);
     SCOPED_TRACE("preemption");
-    Runs got = run(m, {.drafter = drafter, .cache_bytes = hi}, test_seed() + 1);
+    Runs got = run(m, {.drafter = drafter, .cache_bytes = tight}, test_seed() + 1);
     expect_same(got, want);
     EXPECT_GT(got.stats.preemptions, 0);
     expect_drafts_kept_and_rejected(got.stats.speculative);
