@@ -119,7 +119,6 @@ std::vector<std::vector<int32_t>> prompts_from_files(const Engine& engine, const
     return out;
 }
 
-// One pass over the prompts at the configured concurrency.
 // What speculative decoding did in a pass: verifications, drafts, kept drafts (in total and per
 // draft position) and the mean tokens a verification delivered.
 nlohmann::json speculative_delta(const SpeculativeStats& now, const SpeculativeStats& before) {
@@ -135,6 +134,7 @@ nlohmann::json speculative_delta(const SpeculativeStats& now, const SpeculativeS
             {"acceptance_by_position", rate}};
 }
 
+// One pass over the prompts at the configured concurrency.
 nlohmann::json run_pass(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, const BenchOptions& o,
                         std::vector<int>& output_lens, const GrammarSpec& grammar, bool progress) {
     int num = static_cast<int>(prompts.size());

@@ -40,6 +40,10 @@ double AcceptanceModel::confidence(int position) const {
 std::vector<int> plan_verify_lengths(const std::vector<std::vector<double>>& confidences, int64_t base_rows,
                                      const StepCostModel& cost) {
     std::vector<int> lengths(confidences.size(), 0);
+    if (!cost.ready()) {  // nothing measured yet: verify every draft
+        for (size_t r = 0; r < confidences.size(); ++r) lengths[r] = static_cast<int>(confidences[r].size());
+        return lengths;
+    }
     // (a, sequence, position): a is the product of the confidences up to the position.
     std::vector<std::tuple<double, size_t, int>> candidates;
     for (size_t r = 0; r < confidences.size(); ++r) {
@@ -48,10 +52,6 @@ std::vector<int> plan_verify_lengths(const std::vector<std::vector<double>>& con
             a *= confidences[r][j];
             candidates.emplace_back(a, r, static_cast<int>(j));
         }
-    }
-    if (!cost.ready()) {  // nothing measured yet: verify every draft
-        for (size_t r = 0; r < confidences.size(); ++r) lengths[r] = static_cast<int>(confidences[r].size());
-        return lengths;
     }
     // Higher a first; a sequence's positions stay in order (a never grows along them).
     std::stable_sort(candidates.begin(), candidates.end(), [](const auto& x, const auto& y) {

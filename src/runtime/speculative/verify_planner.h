@@ -6,7 +6,6 @@
 // and the admitted prefix that maximises expected tokens per second, (rows + sum of admitted a)
 // x SPS(B), is the plan. Keeping or dropping drafts never changes the output (their verification
 // is lossless), only the speed.
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
