@@ -307,8 +307,10 @@ class Reference:
     def p(self, name):
         return self.w[name].float()
 
-    def forward(self, ids):
+    def forward(self, ids, tap_layers=()):
+        """Logits [T, vocab]; self.taps[l] = the residual entering layer l (mean of its streams)."""
         c, T = self.c, ids.numel()
+        self.taps = {}
         pos = torch.arange(T)
         x = self.p("model.embed.weight")[ids]
         streams = x.unsqueeze(1).repeat(1, c["hc_mult"], 1)
@@ -320,6 +322,8 @@ class Reference:
             hash_ids = engram_hash_ids(c, ids, self.token_map, c["engram_compressed_vocab_size"])
         for l in range(c["num_hidden_layers"]):
             pfx = f"model.layers.{l}."
+            if l in tap_layers:
+                self.taps[l] = streams.mean(1)
             if l in c.get("engram_layer_ids", []):
                 streams = self.engram(l, streams, hash_ids[:, c["engram_layer_ids"].index(l)])
             a_pre, a_post, a_comb = mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
@@ -473,6 +477,28 @@ class Reference:
 # ---------------------------------------------------------------------------------------------
 # Random checkpoints (HF V4.1 tensor names) and the fixtures.
 
+def block_shapes(c, experts):
+    """A block's tensors (suffixes): SWA attention with sinks, mHC sites, MoE of `experts` experts."""
+    D, H, d, qr = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
+    G, ol, I, hc = c["o_groups"], c["o_lora_rank"], c["moe_intermediate_size"], c["hc_mult"]
+    mix, E = (2 + hc) * hc, experts
+    s = {"attn.wq_a.weight": ([qr, D], "bf16"), "attn.q_norm.weight": ([qr], "bf16"),
+         "attn.wq_b.weight": ([H * d, qr], "bf16"), "attn.wkv.weight": ([d, D], "bf16"),
+         "attn.kv_norm.weight": ([d], "bf16"), "attn.wo_a.weight": ([G * ol, H * d // G], "bf16"),
+         "attn.wo_b.weight": ([D, G * ol], "bf16"), "attn.attn_sink": ([H], "f32"),
+         "attn_norm.weight": ([D], "bf16"), "ffn_norm.weight": ([D], "bf16"),
+         "ffn.gate.weight": ([E, D], "bf16"), "ffn.gate.bias": ([E], "f32"), "ffn.gate.bias_vl": ([E], "f32")}
+    for site in ("attn", "ffn"):
+        s.update({f"hc_{site}_fn": ([mix, hc * D], "f32"), f"hc_{site}_base": ([mix], "f32"),
+                  f"hc_{site}_scale": ([3], "f32")})
+    for e in range(E):
+        s.update({f"ffn.experts.{e}.w1.weight": ([I, D], "bf16"), f"ffn.experts.{e}.w3.weight": ([I, D], "bf16"),
+                  f"ffn.experts.{e}.w2.weight": ([D, I], "bf16")})
+    s.update({"ffn.shared_experts.w1.weight": ([I, D], "bf16"), "ffn.shared_experts.w3.weight": ([I, D], "bf16"),
+              "ffn.shared_experts.w2.weight": ([D, I], "bf16")})
+    return s
+
+
 def tensor_shapes(c):
     D, H, d, qr = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
     G, ol, E, I = c["o_groups"], c["o_lora_rank"], c["n_routed_experts"], c["moe_intermediate_size"]
@@ -483,20 +509,7 @@ def tensor_shapes(c):
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         r = c["compress_ratios"][l]
-        s = {"attn.wq_a.weight": ([qr, D], "bf16"), "attn.q_norm.weight": ([qr], "bf16"),
-             "attn.wq_b.weight": ([H * d, qr], "bf16"), "attn.wkv.weight": ([d, D], "bf16"),
-             "attn.kv_norm.weight": ([d], "bf16"), "attn.wo_a.weight": ([G * ol, H * d // G], "bf16"),
-             "attn.wo_b.weight": ([D, G * ol], "bf16"), "attn.attn_sink": ([H], "f32"),
-             "attn_norm.weight": ([D], "bf16"), "ffn_norm.weight": ([D], "bf16"),
-             "ffn.gate.weight": ([E, D], "bf16"), "ffn.gate.bias": ([E], "f32"), "ffn.gate.bias_vl": ([E], "f32")}
-        for site in ("attn", "ffn"):
-            s.update({f"hc_{site}_fn": ([mix, hc * D], "f32"), f"hc_{site}_base": ([mix], "f32"),
-                      f"hc_{site}_scale": ([3], "f32")})
-        for e in range(E):
-            s.update({f"ffn.experts.{e}.w1.weight": ([I, D], "bf16"), f"ffn.experts.{e}.w3.weight": ([I, D], "bf16"),
-                      f"ffn.experts.{e}.w2.weight": ([D, I], "bf16")})
-        s.update({"ffn.shared_experts.w1.weight": ([I, D], "bf16"), "ffn.shared_experts.w3.weight": ([I, D], "bf16"),
-                  "ffn.shared_experts.w2.weight": ([D, I], "bf16")})
+        s = block_shapes(c, E)
         if r and l in c["kv_source_layer_ids"]:
             # The release stores the pooling compressor's wkv in fp32, its gate and norm bf16.
             s.update({"attn.compressor.wkv.weight": ([d, D], "f32" if r > 1 else "bf16"),

@@ -115,7 +115,10 @@ struct StructuredOutputConfig {
 // Requests with repetition / presence / frequency penalties or a grammar decode without drafts.
 struct SpeculativeConfig {
     // "" or "off"; "ngram": prompt lookup, drafts copied from where the sequence's last tokens
-    // occurred before (no draft model).
+    // occurred before (no draft model); "dspark": the DSpark draft model a DeepSeek-V4.1
+    // checkpoint carries (mtp.*), run after every step on the target's features, its confidence
+    // head's estimates feeding the confidence scheduling. A dspark draft block holds
+    // dspark_block_size - 1 tokens, so num_draft_tokens is capped there.
     std::string method;
     int num_draft_tokens = 4;
     int ngram_min = 1, ngram_max = 3;  // lengths of the suffix matched, longest first

@@ -68,6 +68,18 @@ struct AttentionArgs {
     Tensor out;  // [N, H, d]
 };
 
+// DSpark draft attention. Each slice is one draft block: its queries (positions start_pos ..)
+// see the ring's positions [window_from, start_pos) - keys of committed tokens - and every key
+// of their own block, whatever its position (no causal mask inside the block), with per-head sinks.
+struct BlockAttentionArgs {
+    Tensor q;      // [N, H, d], roped
+    Tensor kv;     // [N, d], roped keys (= values) of the block tokens
+    Tensor ring;   // [num_states, ring_slots, d] fp32: position p at slot p % ring_slots
+    Tensor sinks;  // [H]
+    float scale = 1.0f;
+    Tensor out;    // [N, H, d]
+};
+
 // Softmax-gated pooling of windows of `rate` tokens into entries (DeepSeek-V4 HCA / CSA compressor).
 struct CompressorArgs {
     Tensor kv;       // [N, c * dim] projections of the new tokens (c = 2 with overlap, else 1)
@@ -364,6 +376,7 @@ public:
     // --- attention and cached state -------------------------------------------------------------
     virtual void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) = 0;
     // Stores the new tokens' kv into the rings (the last ring_slots of them per sequence).
+    virtual void block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& args) = 0;
     virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
     // The query heads' preparation (rms_norm without weight when `norm`, then forward rope when
     // `rope` is set), then attention(args), ring_write(args.kv into args.ring), then the inverse

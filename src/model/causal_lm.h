@@ -157,6 +157,15 @@ public:
     virtual TransferTotals transfer_totals() const = 0;
 };
 
+// What a draft model reads of a target step (DSpark: the residual entering its tap layers,
+// [n, taps * D]) and the slices its rows belong to (bounded replay keeps only a prompt's tail).
+struct StepFeatures {
+    Tensor rows;
+    std::vector<kernels::SeqSlice> seqs;
+};
+
+class DSparkDraft;
+
 class CausalLm {
 public:
     virtual ~CausalLm() = default;
@@ -165,6 +174,10 @@ public:
     // Longest sequence the model's positions (RoPE and its scaling) were configured for.
     virtual int64_t max_position_embeddings() const = 0;
     virtual kernels::Backend& backend() = 0;
+    // The speculative draft model loaded with LoadOptions::draft (null: none), and what the last
+    // step computed for it.
+    virtual DSparkDraft* dspark() { return nullptr; }
+    virtual StepFeatures step_features() const { return {}; }
     // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences, with `ring_slack`
     // (CacheSizing) rows for positions a step may roll back.
     virtual CacheSizing plan_cache(int max_seqs, int64_t memory_bytes, int block_size, int ring_slack = 0) const = 0;

@@ -101,6 +101,33 @@ int DeepseekV41Config::engram_index(int l) const {
 
 bool DeepseekV41Config::is_index_source(int l) const { return contains(index_source_layer_ids, l); }
 
+namespace {
+
+void parse_dspark(const json& j, DeepseekV41Config& c) {
+    if (!j.contains("dspark_target_layer_ids")) return;
+    DSparkConfig& d = c.dspark;
+    d.target_layer_ids = int_list(j, "dspark_target_layer_ids", {});
+    d.num_layers = value_or<int>(j, "num_nextn_predict_layers", 0);
+    d.block_size = value_or<int>(j, "dspark_block_size", d.block_size);
+    d.noise_token_id = value_or<int>(j, "dspark_noise_token_id", d.noise_token_id);
+    d.markov_rank = value_or<int>(j, "dspark_markov_rank", d.markov_rank);
+    d.n_routed_experts = value_or<int>(j, "dspark_n_routed_experts", d.n_routed_experts);
+    d.num_experts_per_tok = value_or<int>(j, "dspark_num_experts_per_tok", d.num_experts_per_tok);
+    DI_CHECK(d.num_layers >= 1, "config.json: dspark_* keys need num_nextn_predict_layers >= 1 draft layers");
+    DI_CHECK(!d.target_layer_ids.empty(), "config.json: dspark_target_layer_ids is empty");
+    for (int l : d.target_layer_ids)
+        DI_CHECK(l >= 0 && l < c.base.num_hidden_layers, "config.json: DSpark target layer {} is not a layer", l);
+    DI_CHECK(d.block_size >= 2, "config.json: dspark_block_size must be at least 2 (an anchor and a draft)");
+    DI_CHECK(d.noise_token_id >= 0 && d.noise_token_id < c.base.vocab_size,
+             "config.json: dspark_noise_token_id {} is not a token", d.noise_token_id);
+    DI_CHECK(d.markov_rank >= 1, "config.json: dspark_markov_rank must be positive");
+    DI_CHECK(d.num_experts_per_tok > 1 && d.num_experts_per_tok <= d.n_routed_experts,
+             "config.json: DSpark routes to {} of {} experts (more than one, at most all)", d.num_experts_per_tok,
+             d.n_routed_experts);
+}
+
+}  // namespace
+
 DeepseekV41Config parse_deepseek_v41_config(const json& top) {
     DI_CHECK(top.is_object(), "config.json is not a JSON object");
     std::string type = value_or<std::string>(top, "model_type", "");
@@ -134,6 +161,7 @@ DeepseekV41Config parse_deepseek_v41_config(const json& top) {
     c.gate_temp = value_or<float>(j, "gate_temp", 1.0f);
     check_layout(c);
     parse_engram(j, c);
+    parse_dspark(j, c);
 
     DI_CHECK(c.base.num_experts_per_tok > 1 && value_or<bool>(j, "norm_topk_prob", true),
              "config.json: only normalised top-k routing with more than one expert is supported");

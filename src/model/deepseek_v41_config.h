@@ -12,6 +12,19 @@
 
 namespace deepinfer::model {
 
+// The DSpark draft model stored beside the backbone (mtp.0 .. mtp.{num_layers - 1}): its blocks
+// read the residual entering `target_layer_ids` and draft block_size - 1 tokens per forward.
+struct DSparkConfig {
+    int num_layers = 0;  // num_nextn_predict_layers when dspark_* keys are present; 0 = no draft
+    int block_size = 5;
+    int noise_token_id = 0;
+    int markov_rank = 256;
+    int n_routed_experts = 128;
+    int num_experts_per_tok = 3;
+    std::vector<int> target_layer_ids;
+    bool present() const { return num_layers > 0; }
+};
+
 struct DeepseekV41Config {
     DeepseekV4Config base;
     // Per backbone layer: 0 = sliding window only, 1 = full-resolution shared KV (decoder half),
@@ -24,6 +37,7 @@ struct DeepseekV41Config {
     int candidate_block_size = 8;
     float gate_temp = 1.0f;
     EngramConfig engram;
+    DSparkConfig dspark;
 
     // Derived per layer: the KV source whose entries it attends into (-1 = none), and roles.
     std::vector<int> kv_source_of;

@@ -3,6 +3,7 @@
 // (layers.N.attn.wq_a, ffn.experts.E.w1, hc_attn_fn, ...), HF's saved spelling (the same under a
 // "model." prefix) and HF's module spelling (model.layers.N.self_attn.q_a_proj, stacked
 // mlp.experts.gate_up_proj, ...). `mtp.*` tensors are not part of the main model and are ignored.
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -46,5 +47,10 @@ struct V4Weights {
 // Loads and shape-checks every tensor, then places them on `backend`.
 V4Weights load_deepseek_v4_weights(const DeepseekV4Config& cfg, const WeightLoader& loader,
                                    kernels::Backend& backend);
+
+// One block stored outside the backbone under `prefix` (a draft layer: "mtp.0."), with the
+// attention and MLP kinds of `cfg`'s layer `as_layer`.
+V4LayerWeights load_deepseek_v4_block(const DeepseekV4Config& cfg, int as_layer, const std::string& prefix,
+                                      const WeightLoader& loader, kernels::Backend& backend);
 
 }  // namespace deepinfer::model

@@ -41,6 +41,7 @@ DType kv_cache_dtype(Precision p, const kernels::Backend& backend);
 struct LoadOptions {
     WeightQuant quant = WeightQuant::kNone;
     Precision precision = Precision::kAuto;
+    bool draft = false;  // also the speculative draft model the checkpoint carries (DSpark mtp.*)
 };
 
 }  // namespace deepinfer::model

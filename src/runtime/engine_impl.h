@@ -115,6 +115,7 @@ private:
     // they confirm, then the first sample that differs (or follows the last draft).
     void commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples, int64_t& detokenize_us);
     bool speculates(const GenerationRequest& r) const;
+    void draft_with_model(const StepPlan& plan, const model::StepFeatures& features);
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);
@@ -136,6 +137,7 @@ private:
     std::unique_ptr<StepExecutor> executor_;
     std::unique_ptr<GrammarService> grammar_;
     std::shared_ptr<const Drafter> drafter_;  // speculative decoding (null when off)
+    model::DSparkDraft* dspark_ = nullptr;    // the model's draft (--speculative dspark), run after each step
     StepCostModel step_cost_;                 // step time per token count (engine thread)
     AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
     int64_t max_model_len_ = 0;

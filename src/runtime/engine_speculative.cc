@@ -12,6 +12,7 @@
 // carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
 #include <algorithm>
 
+#include "model/archs/dspark_draft.h"
 #include "runtime/engine_impl.h"
 #include "runtime/sampler.h"
 
@@ -47,6 +48,49 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
     for (size_t i = 0; i < samples.size() && i <= kept && !s.finished(); ++i) {
         if (i < kept) samples[i].token = c.draft[i];  // the same token, unless kept unchecked (tests)
         append_token(s, std::move(samples[i]), detokenize_us);
+    }
+}
+
+// DSpark, after a step: the features of the positions each speculating sequence just committed
+// join the draft's context rings, then every sequence about to decode gets a draft block from its
+// last token. A sequence whose context has a gap (admitted with a cached prefix, features
+// trimmed by bounded replay, a new cache state) drafts from what it has since.
+void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatures& features) {
+    std::vector<kernels::SeqSlice> committed;
+    for (size_t i = 0; i < plan.chunks.size() && i < features.seqs.size(); ++i) {
+        const ScheduledChunk& c = plan.chunks[i];
+        Sequence& s = *c.seq;
+        if (!s.speculative || s.cache_state < 0) continue;
+        if (s.cache_state != s.draft_state || c.start != s.draft_context_end) {
+            s.draft_state = s.cache_state;
+            s.draft_context_from = c.start;
+        }
+        const kernels::SeqSlice& f = features.seqs[i];
+        int64_t begin = std::max(c.start, f.start_pos), end = std::min(s.num_computed, f.start_pos + f.num_tokens);
+        if (f.start_pos > c.start)  // bounded replay computed only the prompt's tail
+            s.draft_context_from = std::max(s.draft_context_from, std::min(f.start_pos, s.num_computed));
+        s.draft_context_end = s.num_computed;
+        if (end > begin)
+            committed.push_back({f.token_begin + static_cast<int32_t>(begin - f.start_pos),
+                                 static_cast<int32_t>(end - begin), begin, s.cache_state, 0});
+    }
+    dspark_->commit(committed, features.rows);
+    std::vector<model::DraftAnchor> anchors;
+    std::vector<Sequence*> drafting;
+    for (const ScheduledChunk& c : plan.chunks) {
+        Sequence& s = *c.seq;
+        int64_t position = static_cast<int64_t>(s.tokens.size()) - 1;
+        if (!s.speculative || s.finished() || s.request->cancelled || s.cache_state != s.draft_state ||
+            position != s.num_computed || s.draft_context_end != position)
+            continue;
+        anchors.push_back({s.cache_state, s.tokens.back(), position, s.draft_context_from});
+        drafting.push_back(&s);
+    }
+    std::vector<model::DraftProposal> proposals = dspark_->propose(anchors);
+    for (size_t k = 0; k < drafting.size(); ++k) {
+        drafting[k]->model_draft = std::move(proposals[k].tokens);
+        drafting[k]->model_confidence = std::move(proposals[k].confidence);
+        drafting[k]->drafted_for = static_cast<int64_t>(drafting[k]->tokens.size());
     }
 }
 

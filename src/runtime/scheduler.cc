@@ -38,7 +38,7 @@ void Scheduler::remove(Sequence* seq) {
 void Scheduler::preempt(Sequence* s) {
     std::erase(running_, s);
     cache_.remove_sequence(s->cache_state);
-    s->cache_state = -1;
+    s->cache_state = s->draft_state = -1;  // the draft model's context goes with the cache state
     s->num_computed = 0;
     s->window_from = s->compressed_until = s->indexed_until = 0;
     ++s->preemptions;
@@ -96,10 +96,16 @@ void Scheduler::add_drafts(StepPlan& plan, int64_t& budget, const std::vector<si
         const Sequence* s = c.seq;
         // The chunk samples after each draft: none at max_length or beyond.
         int64_t room = std::min<int64_t>(spec_.max_draft, s->max_length - 1 - static_cast<int64_t>(s->tokens.size()));
-        std::vector<int32_t> d = room > 0 ? spec_.drafter->propose(s->tokens, static_cast<int>(room)) : std::vector<int32_t>{};
-        d.resize(static_cast<size_t>(chunk_for(s, c.start, 1 + static_cast<int64_t>(d.size())) - 1));
+        bool modelled = s->drafted_for == static_cast<int64_t>(s->tokens.size());  // a draft model's, for now
+        std::vector<int32_t> d = room <= 0 ? std::vector<int32_t>{}
+                                 : modelled ? s->model_draft
+                                            : spec_.drafter->propose(s->tokens, static_cast<int>(room));
+        d.resize(static_cast<size_t>(chunk_for(s, c.start, 1 + std::min<int64_t>(room, static_cast<int64_t>(d.size()))) - 1));
         std::vector<double>& conf = confidences.emplace_back();
-        for (size_t j = 0; j < d.size(); ++j) conf.push_back(spec_.acceptance ? spec_.acceptance->confidence(static_cast<int>(j)) : 1.0);
+        for (size_t j = 0; j < d.size(); ++j)
+            conf.push_back(modelled && j < s->model_confidence.size() ? s->model_confidence[j]
+                           : spec_.acceptance                         ? spec_.acceptance->confidence(static_cast<int>(j))
+                                                                      : 1.0);
         drafts.push_back(std::move(d));
     }
     std::vector<int> lengths(chunks.size());

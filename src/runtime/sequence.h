@@ -45,6 +45,16 @@ struct Sequence {
     bool deterministic = false;      // GenerationRequest::deterministic
     bool speculative = false;        // decodes with drafts (speculative decoding is on and the request allows it)
     int64_t max_length = 0;          // prompt + max_tokens: no token is sampled at this position or later
+    // A draft model's proposal for the tokens after tokens[drafted_for - 1] (valid while
+    // tokens.size() == drafted_for), with its confidence per token (chance of acceptance once the
+    // tokens before it were accepted).
+    std::vector<int32_t> model_draft;
+    std::vector<double> model_confidence;
+    int64_t drafted_for = -1;
+    // The draft model's context: its rings of cache state draft_state hold the features of
+    // positions [draft_context_from, draft_context_end).
+    int draft_state = -1;
+    int64_t draft_context_from = 0, draft_context_end = 0;
     // After taking a shared prefix: compressed state exists below compressed_until, the window
     // rings hold nothing below window_from (its tail is recomputed from there: encoder replay).
     int64_t window_from = 0, compressed_until = 0;

@@ -77,6 +77,7 @@ StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_pt
     if (!job.rows.empty()) sample(logits, job, out);
     if (masks) download_late_rows(logits, *masks, late, out);
     out.masks = std::move(masks);
+    if (model_.dspark() != nullptr) out.features = model_.step_features();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }

@@ -41,6 +41,7 @@ struct StepOutput {
     std::shared_ptr<StepMasks> masks;             // the step's grammar rows (null when none)
     std::vector<std::vector<float>> late_logits;  // per grammar row: [vocab] when late, else empty
     double seconds = 0;                           // the step's forward and sampling
+    model::StepFeatures features;                 // what the model's draft reads of the step (if it has one)
 };
 
 class StepExecutor {

@@ -196,6 +196,13 @@ public:
         Tensor out = args.out;
         down(a.out, out);
     }
+    void block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& args) override {
+        BlockAttentionArgs a = args;
+        a.q = up(args.q), a.kv = up(args.kv), a.ring = up(args.ring), a.sinks = up(args.sinks), a.out = up(args.out);
+        dev_->block_attention(seqs, a);
+        Tensor out = args.out;
+        down(a.out, out);
+    }
     void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
                           const Rope& out_rope, const QueryPrep& q_prep) override {
         AttentionArgs a = args;

@@ -61,6 +61,19 @@ TEST(NgramDrafter, EveryProposalContinuesAnEarlierOccurrenceOfTheSuffix) {
     }
 }
 
+TEST(SpeculativeConfig, DSparkNeedsACheckpointWithADraftModel) {
+    EngineConfig c;
+    c.model.path = make_model_dir("v41/v41_tiny_a", 512);
+    c.model.threads = 1;
+    c.speculative.method = "dspark";
+    try {
+        Engine::create(c);
+        FAIL() << "an engine without a draft model started with --speculative dspark";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no DSpark draft model"), std::string::npos) << e.what();
+    }
+}
+
 TEST(SpeculativeConfig, UnknownOrMissingDraftersAreRefused) {
     SpeculativeConfig c;
     c.method = "mtp";
@@ -263,6 +276,7 @@ private:
 
 struct Setup {
     bool speculative = true;
+    std::string method = "ngram";
     std::shared_ptr<const runtime::Drafter> drafter;  // null: the n-gram drafter
     int draft = 4;
     std::string verify = "fixed";  // every draft found (the oracle's are all worth it)
@@ -278,7 +292,7 @@ Runs run(const Model& m, const Setup& s, uint64_t seed) {
     c.cache.max_sequences = 6;
     c.cache.prefix.enabled = s.prefix_cache;
     c.scheduler.max_batch_tokens = s.max_batch_tokens;
-    if (s.speculative) c.speculative.method = "ngram";
+    if (s.speculative) c.speculative.method = s.method;
     c.speculative.drafter = s.drafter;
     c.speculative.num_draft_tokens = s.draft;
     c.speculative.verify = s.verify;
@@ -417,6 +431,39 @@ TEST_P(Speculative, KeepingDraftsWithoutCheckingThemChangesTheOutput) {
     bool differs = false;
     for (size_t i = 0; i < want.outputs.size(); ++i) differs = differs || broken.outputs[i].tokens != want.outputs[i].tokens;
     EXPECT_TRUE(differs);
+}
+
+// DSpark drafts from the draft model of the v41_dspark fixture, run after every step on the
+// target's features: random weights draft badly, so few drafts are kept, but every one is
+// verified; the output is the one without drafts, under each verify mode, small steps without
+// the prefix cache (contexts written chunk by chunk), and preemption (contexts rebuilt).
+TEST(SpeculativeDSpark, OutputEqualsDecodingWithoutDrafts) {
+    Model m{"v41_dspark", make_model_dir("v41/v41_dspark", 320), 320, 4};
+    uint64_t seed = test_seed() + 5;
+    Runs want = run(m, {.speculative = false}, seed);
+    EngineConfig sizing = engine_config(m);
+    sizing.cache.max_sequences = 6;
+    sizing.speculative.method = "ngram";  // the same draft length (4): the same spare rows
+    const int64_t tight = smallest_cache_for(sizing, 210);
+    struct Case { const char* name; test::Setup setup; };
+    for (const Case& k : {Case{"fixed", {.method = "dspark"}}, Case{"confidence", {.method = "dspark", .verify = "confidence"}},
+                          Case{"small steps", {.method = "dspark", .max_batch_tokens = 7, .prefix_cache = false}},
+                          Case{"preemption", {.method = "dspark", .cache_bytes = tight}}}) {
+        SCOPED_TRACE(k.name);
+        Runs got = run(m, k.setup, seed);
+        expect_same(got, want);
+        const SpeculativeStats& st = got.stats.speculative;
+        EXPECT_GT(st.verifications, 0);
+        EXPECT_GT(st.draft_tokens, 0);
+        if (std::string(k.name) == "preemption") EXPECT_GT(got.stats.preemptions, 0);
+        std::printf("dspark, %s: %lld verifications, %lld of %lld drafts kept\n", k.name,
+                    static_cast<long long>(st.verifications), static_cast<long long>(st.accepted_tokens),
+                    static_cast<long long>(st.draft_tokens));
+    }
+    Runs broken = run(m, {.method = "dspark", .unchecked = true}, seed);
+    bool differs = false;
+    for (size_t i = 0; i < want.outputs.size(); ++i) differs = differs || broken.outputs[i].tokens != want.outputs[i].tokens;
+    EXPECT_TRUE(differs) << "keeping DSpark drafts unchecked left the output as it was";
 }
 
 // The sampled output's distribution with drafts is the target's: many requests of one prompt at

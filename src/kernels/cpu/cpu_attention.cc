@@ -77,17 +77,11 @@ void softmax_with_sink(float* scores, int64_t num_keys, float sink) {
     for (int64_t j = 0; j < num_keys; ++j) scores[j] *= inv;
 }
 
-// Heads [h0, h1) of one query token.
+// Attention of heads [h0, h1) of one query token q [nh, d] over the key rows in sc.rows.
 template <typename Key>
-void attend_token(Isa isa, const SeqSlice& s, int seq_idx, int t, int64_t h0, int64_t h1, const AttentionArgs& a,
-                  const Key* step) {
-    thread_local Scratch<Key> sc;
-    int64_t heads = a.q.dim(1), d = a.q.dim(2);
-    collect_keys(s, seq_idx, t, a, step, sc.rows);
+void attend_rows(Isa isa, Scratch<Key>& sc, const float* q, int64_t h0, int64_t h1, int64_t d, float scale,
+                 const Tensor& sinks, float* out) {
     int64_t n = static_cast<int64_t>(sc.rows.size()), nh = h1 - h0;
-    int64_t row = s.token_begin + t;
-    const float* q = a.q.data<float>() + (row * heads + h0) * d;
-    float* out = a.out.data<float>() + (row * heads + h0) * d;
     sc.scores.resize(nh * n);
     bool direct = isa == Isa::kAvx512;  // reads the keys in place (attend.h)
     if (direct) {
@@ -100,8 +94,8 @@ void attend_token(Isa isa, const SeqSlice& s, int seq_idx, int t, int64_t h0, in
     }
     for (int64_t h = 0; h < nh; ++h) {
         float* sh = sc.scores.data() + h * n;
-        for (int64_t j = 0; j < n; ++j) sh[j] *= a.scale;
-        softmax_with_sink(sh, n, a.sinks.data<float>()[h0 + h]);
+        for (int64_t j = 0; j < n; ++j) sh[j] *= scale;
+        softmax_with_sink(sh, n, sinks.data<float>()[h0 + h]);
     }
     if (direct) {
         attend_values_avx512(sc.scores.data(), nh, n, sc.rows.data(), d, out);
@@ -110,6 +104,18 @@ void attend_token(Isa isa, const SeqSlice& s, int seq_idx, int t, int64_t h0, in
                    .y = out, .ldy = d, .m = nh, .n = d, .k = n};
         gemm_rows(isa, o, 0, d);
     }
+}
+
+// Heads [h0, h1) of one query token.
+template <typename Key>
+void attend_token(Isa isa, const SeqSlice& s, int seq_idx, int t, int64_t h0, int64_t h1, const AttentionArgs& a,
+                  const Key* step) {
+    thread_local Scratch<Key> sc;
+    int64_t heads = a.q.dim(1), d = a.q.dim(2);
+    collect_keys(s, seq_idx, t, a, step, sc.rows);
+    int64_t row = s.token_begin + t;
+    attend_rows(isa, sc, a.q.data<float>() + (row * heads + h0) * d, h0, h1, d, a.scale, a.sinks,
+                a.out.data<float>() + (row * heads + h0) * d);
 }
 
 }  // namespace
@@ -142,6 +148,29 @@ void CpuBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& 
             attend_token(isa_, seqs[it.seq], it.seq, it.token, h0, h1, a, step_bf16.data());
         else
             attend_token(isa_, seqs[it.seq], it.seq, it.token, h0, h1, a, a.kv.data<float>());
+    });
+}
+
+void CpuBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
+    int64_t heads = a.q.dim(1), d = a.q.dim(2), slots = a.ring.dim(1);
+    DI_CHECK(a.ring.dtype() == DType::kF32 && a.kv.dim(1) == d && a.ring.dim(2) == d,
+             "block attention: an fp32 ring of the queries' head dim");
+    struct Item { int seq, token; };
+    std::vector<Item> items;
+    for (int s = 0; s < static_cast<int>(seqs.size()); ++s) {
+        DI_CHECK(seqs[s].start_pos - seqs[s].window_from <= slots, "block attention: context longer than the ring");
+        for (int t = 0; t < seqs[s].num_tokens; ++t) items.push_back({s, t});
+    }
+    pool_.run(static_cast<int64_t>(items.size()), [&](int64_t task) {
+        thread_local Scratch<float> sc;
+        const SeqSlice& s = seqs[items[task].seq];
+        sc.rows.clear();
+        const float* ring = a.ring.data<float>() + static_cast<int64_t>(s.state_idx) * slots * d;
+        for (int64_t p = s.window_from; p < s.start_pos; ++p) sc.rows.push_back(ring + (p % slots) * d);
+        for (int j = 0; j < s.num_tokens; ++j) sc.rows.push_back(a.kv.data<float>() + (s.token_begin + j) * d);
+        int64_t row = s.token_begin + items[task].token;
+        attend_rows(isa_, sc, a.q.data<float>() + row * heads * d, 0, heads, d, a.scale, a.sinks,
+                    a.out.data<float>() + row * heads * d);
     });
 }
 

@@ -26,6 +26,7 @@ __device__ void attend(const AttnParams& p, int row, int h, int si) {
     int num_comp = 0;
     if (p.mode == 1) num_comp = static_cast<int>((pos + 1) / p.rate);
     if (p.mode == 2) num_comp = attn::count_picks(p, row);
+    if (p.mode == attn::kBlockMode) num_window = s.start_pos - s.window_from, num_comp = s.num_tokens;
     int total = static_cast<int>(num_window) + num_comp;
 
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -145,6 +146,19 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));
     launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
     return positions == nullptr;
+}
+
+void CudaBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
+    DI_CUDA_OP("block_attention");
+    int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
+    DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda block attention: head_dim " + std::to_string(d) + " is above 512");
+    int n = total_tokens(seqs);
+    if (n == 0) return;
+    auto [dseqs, tables] = upload_seqs(seqs, nullptr);
+    AttnParams p{a.q.data<float>(), a.kv.data<float>(), a.ring.data<float>(), nullptr, nullptr, dseqs, tables,
+                 a.sinks.data<float>(), a.out.data<float>(), static_cast<int>(seqs.size()), heads, d,
+                 static_cast<int>(a.ring.dim(1)), 0, attn::kBlockMode, 1, 0, 1, a.scale};
+    launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {

@@ -19,6 +19,9 @@ struct MergeEpilogue {
     int slots = 0;
 };
 
+// AttnParams::mode of block_attention (0-2 are AttentionArgs::Compressed).
+constexpr int kBlockMode = 3;
+
 struct AttnParams {
     const float* q;     // [N, H, d]
     const float* kv;    // [N, d]
@@ -66,6 +69,9 @@ __device__ inline int seq_of(const DeviceSeq* seqs, int num_seqs, int row) {
 // (mode 1: all visible; mode 2: the indexer's picks, valid ones packed first).
 __device__ inline const float* key_ptr(const AttnParams& p, const DeviceSeq& s, long long pos, int i,
                                        long long num_window) {
+    if (p.mode == kBlockMode)  // DSpark block: the context [window_from, start_pos), then the block
+        return i < num_window ? p.ring + (static_cast<long long>(s.state_idx) * p.slots + (s.window_from + i) % p.slots) * p.d
+                              : p.kv + (s.token_begin + (i - num_window)) * static_cast<long long>(p.d);
     if (i < num_window) {
         long long q = pos - num_window + 1 + i;
         if (q >= s.start_pos) return p.kv + (s.token_begin + (q - s.start_pos)) * static_cast<long long>(p.d);

@@ -120,6 +120,7 @@ public:
                  Tensor& out) override;
 
     void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
+    void block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& args) override;
     void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
     void attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& args, const Tensor& positions,
                           const Rope& out_rope, const QueryPrep& q_prep) override;

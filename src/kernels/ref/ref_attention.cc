@@ -20,6 +20,24 @@ double dot(const float* a, const float* b, int64_t n) {
     return acc;
 }
 
+// out[h] = softmax([q[h] . key_j * scale, sink_h]) without the sink column, applied to the keys.
+void attend_keys(const float* q, const std::vector<const float*>& keys, int64_t heads, int64_t d, float scale,
+                 const Tensor& sinks, float* out) {
+    for (int64_t h = 0; h < heads; ++h) {
+        const float* qh = q + h * d;
+        std::vector<double> logit(keys.size());
+        double sink = sinks.data<float>()[h], mx = sink;
+        for (size_t j = 0; j < keys.size(); ++j) mx = std::max(mx, logit[j] = dot(qh, keys[j], d) * scale);
+        double denom = std::exp(sink - mx);
+        for (double& l : logit) denom += l = std::exp(l - mx);
+        for (int64_t c = 0; c < d; ++c) {
+            double acc = 0.0;
+            for (size_t j = 0; j < keys.size(); ++j) acc += logit[j] / denom * keys[j][c];
+            out[h * d + c] = static_cast<float>(acc);
+        }
+    }
+}
+
 }  // namespace
 
 void RefBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
@@ -40,19 +58,23 @@ void RefBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& 
                     if (e >= 0) keys.push_back(entry_ptr(*a.entries, s, e));
                 }
             }
-            for (int64_t h = 0; h < heads; ++h) {
-                const float* q = a.q.data<float>() + (row * heads + h) * d;
-                std::vector<double> logit(keys.size());
-                double sink = a.sinks.data<float>()[h], mx = sink;
-                for (size_t j = 0; j < keys.size(); ++j) mx = std::max(mx, logit[j] = dot(q, keys[j], d) * a.scale);
-                double denom = std::exp(sink - mx);
-                for (double& l : logit) denom += l = std::exp(l - mx);
-                for (int64_t c = 0; c < d; ++c) {
-                    double acc = 0.0;
-                    for (size_t j = 0; j < keys.size(); ++j) acc += logit[j] / denom * keys[j][c];
-                    a.out.data<float>()[(row * heads + h) * d + c] = static_cast<float>(acc);
-                }
-            }
+            attend_keys(a.q.data<float>() + row * heads * d, keys, heads, d, a.scale, a.sinks,
+                        a.out.data<float>() + row * heads * d);
+        }
+    }
+}
+
+void RefBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
+    int64_t heads = a.q.dim(1), d = a.q.dim(2), slots = a.ring.dim(1);
+    for (const SeqSlice& sl : seqs) {
+        std::vector<const float*> keys;
+        for (int64_t p = sl.window_from; p < sl.start_pos; ++p)
+            keys.push_back(a.ring.data<float>() + (sl.state_idx * slots + p % slots) * d);
+        for (int j = 0; j < sl.num_tokens; ++j) keys.push_back(a.kv.data<float>() + (sl.token_begin + j) * d);
+        for (int t = 0; t < sl.num_tokens; ++t) {
+            int64_t row = sl.token_begin + t;
+            attend_keys(a.q.data<float>() + row * heads * d, keys, heads, d, a.scale, a.sinks,
+                        a.out.data<float>() + row * heads * d);
         }
     }
 }

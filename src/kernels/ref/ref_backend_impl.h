@@ -43,6 +43,7 @@ public:
                  Tensor& out) override;
 
     void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) override;
+    void block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& args) override;
     void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) override;
     void compressor_update(std::span<const SeqSlice> seqs, const CompressorArgs& args) override;
     void indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs& args) override;

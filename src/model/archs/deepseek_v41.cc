@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "model/archs/delayed_mhc.h"
 #include "model/archs/moe_block.h"
 #include "model/archs/step_inputs.h"
 #include "model/config_file.h"
@@ -34,6 +35,7 @@ struct DeepseekV41Model::StepState {
     Tensor candidates;         // [N, candidate_topk_blocks] blocks of the candidate source
     std::vector<int64_t> engram_rows;  // [N of the step, Engram layers, columns] table rows
     std::vector<int32_t> origin;       // current row -> row of the step (replay drops rows)
+    std::vector<Tensor> taps;          // DSpark: [N, D] per tap layer passed so far
 };
 
 // A source layer's projections of the collapsed input x (and the indexer's queries from q_a),
@@ -59,6 +61,8 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config cfg, const Checkpoint& ckpt
     cache_layout_ = v41_cache_layout(cfg_);
     cache_layout_.kv_dtype = kv_cache_dtype(options.precision, backend_);
     if (!cfg_.engram.layer_ids.empty()) load_engram(ckpt, loader);
+    if (options.draft && cfg_.dspark.present())
+        dspark_ = std::make_unique<DSparkDraft>(cfg_, w_.core.embed, w_.core.head, loader, backend_);
 }
 
 // The hashes read token classes derived from the tokenizer, so it must be the one the model
@@ -125,10 +129,12 @@ Tensor DeepseekV41Model::forward_described(const Batch& batch, HybridCache& cach
     int late_start = late_from.empty() ? -1 : first_late_layer();
     for (int l = 0; l < cfg_.base.num_hidden_layers; ++l) {
         if (l == late_start) enter_late_layers(st, late_from);
+        record_tap(l, st);
         apply_engram(l, st);
         attention_block(l, st, cache);
         ffn_block(l, st);
     }
+    finish_taps(st);
     return final_logits(st);
 }
 
@@ -257,6 +263,7 @@ void DeepseekV41Model::enter_late_layers(StepState& st, const std::vector<int64_
     };
     gather(st.streams);
     gather(st.pending_pre);
+    for (Tensor& t : st.taps) gather(t);
     gather(st.selected);
     gather(st.candidates);
     Tensor ids = st.in.ids.reshape({st.n, 1});
@@ -286,16 +293,40 @@ Tensor DeepseekV41Model::final_logits(StepState& st) {
     return logits;
 }
 
-// Delayed mHC: this site's coefficients come from the current streams, but its input is
-// collapsed with the previous site's `pre`; this site's `pre` waits for the next one.
+void DeepseekV41Model::record_tap(int l, StepState& st) {
+    const std::vector<int>& taps = cfg_.dspark.target_layer_ids;
+    if (!dspark_ || std::find(taps.begin(), taps.end(), l) == taps.end()) return;
+    int64_t hc = cfg_.base.hc_mult;
+    Tensor mean = Tensor::empty(DType::kF32, {st.n, hc});
+    std::fill_n(mean.data<float>(), mean.numel(), 1.0f / static_cast<float>(hc));
+    Tensor tap = backend_.empty(DType::kF32, {st.n, cfg_.base.hidden_size});
+    backend_.hc_collapse(st.streams, backend_.upload(mean), tap);
+    st.taps.push_back(tap);
+}
+
+// The taps in the config's order, each row's side by side: stacked tap-major, then gathered
+// row-major ([taps * n, D] read as [n, taps * D]).
+void DeepseekV41Model::finish_taps(StepState& st) {
+    if (!dspark_) return;
+    const std::vector<int>& layers = cfg_.dspark.target_layer_ids;
+    int64_t k = static_cast<int64_t>(layers.size()), n = st.n, D = cfg_.base.hidden_size;
+    Tensor stacked = backend_.empty(DType::kF32, {k * n, D});
+    std::vector<int32_t> order;
+    for (int64_t j = 0; j < k; ++j) {
+        // st.taps follows layer order; the config may list the layers in another.
+        int64_t passed = std::count_if(layers.begin(), layers.end(), [&](int l) { return l < layers[j]; });
+        Tensor dst = stacked.rows(j * n, (j + 1) * n);
+        backend_.copy(st.taps[passed], dst);
+    }
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < k; ++j) order.push_back(static_cast<int32_t>(j * n + r));
+    Tensor rows = backend_.empty(DType::kF32, {k * n, D});
+    if (n > 0) backend_.gather_rows(stacked, upload_i32(order, backend_), rows);
+    taps_ = {rows.reshape({n, k * D}), st.seqs};
+}
+
 void DeepseekV41Model::enter_site(const MhcWeights& site, const Tensor& norm, StepState& st) {
-    const DeepseekV4Config& c = cfg_.base;
-    kernels::MhcParams mp{c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps};
-    Tensor site_pre = backend_.empty(DType::kF32, {st.n, static_cast<int64_t>(c.hc_mult)});
-    backend_.hc_mix(st.streams, site.fn, site.base, site.scale, mp, site_pre, st.post, st.comb);
-    backend_.hc_collapse(st.streams, st.pending_pre, st.x);
-    st.pending_pre = site_pre;
-    backend_.rms_norm(st.x, &norm, c.rms_norm_eps, st.x);
+    enter_delayed_site(backend_, cfg_.base, site, norm, st.streams, st.pending_pre, st.x, st.post, st.comb);
 }
 
 void DeepseekV41Model::attention_block(int l, StepState& st, HybridCache& cache) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/archs/dspark_draft.h"
 #include "model/archs/hybrid_model.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v41_config.h"
@@ -40,6 +41,10 @@ public:
     int64_t vocab_size() const override { return cfg_.base.vocab_size; }
     const std::vector<int>& eos_token_ids() const override { return cfg_.base.eos_token_ids; }
     int64_t max_position_embeddings() const override { return cfg_.base.max_position_embeddings; }
+    // Loaded with LoadOptions::draft from a checkpoint with one (else null). While it is, every
+    // step records its draft's taps: the residual entering each tap layer (mean of its streams).
+    DSparkDraft* dspark() override { return dspark_.get(); }
+    StepFeatures step_features() const override { return taps_; }
 
 private:
     struct StepState;
@@ -61,6 +66,8 @@ private:
     void select_entries(int l, StepState& st, SourceInputs& in);
     void ffn_block(int l, StepState& st);
     Tensor final_logits(StepState& st);
+    void record_tap(int l, StepState& st);
+    void finish_taps(StepState& st);
 
     DeepseekV41Config cfg_;
     V41Weights w_;
@@ -68,6 +75,8 @@ private:
     int replay_tokens_ = 0;  // SWA bounded replay (0 = off)
     std::vector<EngramLayerWeights> engram_;  // per Engram layer
     std::unique_ptr<EngramHasher> engram_hasher_;
+    std::unique_ptr<DSparkDraft> dspark_;
+    StepFeatures taps_;
 };
 
 // What a DeepSeek-V4.1 model caches: a window ring per layer; per KV source its entries and index

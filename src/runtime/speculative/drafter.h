@@ -30,6 +30,13 @@ private:
     int ngram_min_, ngram_max_;
 };
 
+// Drafts from a draft model that the engine runs after every step (DSpark): the scheduler takes
+// them from Sequence::model_draft; this drafter proposes nothing on its own.
+class ModelDrafter final : public Drafter {
+public:
+    std::vector<int32_t> propose(std::span<const int32_t>, int) const override { return {}; }
+};
+
 // The drafter `config` gives or names; null when speculation is off. Throws deepinfer::Error for
 // an unknown method or bad lengths.
 std::shared_ptr<const Drafter> make_drafter(const SpeculativeConfig& config);
