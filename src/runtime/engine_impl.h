@@ -113,7 +113,12 @@ private:
     void commit(const StepPlan& plan, const StepOutput& step);
     // Speculative decoding (engine_speculative.cc): a verified chunk's samples keep the drafts
     // they confirm, then the first sample that differs (or follows the last draft).
-    void commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples, int64_t& detokenize_us);
+    void commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                         std::span<const std::vector<float>> raw_logits, int64_t& detokenize_us);
+    bool drafts_have_distribution(const ScheduledChunk& c) const;
+    size_t verify_with_distribution(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                                    std::span<const std::vector<float>> raw_logits) const;
+    void record_verification(size_t drafts, size_t kept);
     bool speculates(const GenerationRequest& r) const;
     void draft_with_model(const StepPlan& plan, const model::StepFeatures& features);
     void finish_done_requests();

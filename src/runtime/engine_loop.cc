@@ -84,7 +84,9 @@ void EngineImpl::launch(const StepPlan& plan) {
         batch.seqs.back().num_tokens += static_cast<int32_t>(c.draft.size());
         batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
+        bool raw = drafts_have_distribution(c);
         for (int64_t r = c.sample_rows(); r > 0; --r) {  // a verified chunk samples after every position
+            if (raw) job.raw_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
             batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count - r));
             add_sample_row(*s, job, c.sample_rows() - r);
         }
@@ -177,13 +179,15 @@ void EngineImpl::append_token(Sequence& s, SampleOutput out, int64_t& detokenize
 void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
     std::vector<std::vector<SampleOutput>> sampled = sampled_rows(plan, step);
     int64_t begin = trace_.enabled() ? trace_.now_us() : 0, detokenize_us = 0;
-    size_t row = 0;
+    size_t row = 0, raw = 0;
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* s = c.seq;
         s->inflight = 0;
         s->awaiting_sample = false;
         if (!c.draft.empty()) {
-            commit_verified(c, sampled[row++], detokenize_us);
+            size_t rows = drafts_have_distribution(c) ? static_cast<size_t>(c.sample_rows()) : 0;
+            commit_verified(c, sampled[row++], std::span(step.raw_logits).subspan(raw, rows), detokenize_us);
+            raw += rows;
             continue;
         }
         s->num_computed += c.count;

@@ -6,15 +6,21 @@
 // drafter that proposes single tokens this is the rejection rule of speculative sampling with a
 // point-mass draft (keep with probability p(draft), else draw from p without the draft), and on
 // batch-invariant kernels the output is bit for bit what decoding without drafts gives.
+// Sampled drafts of a draft model come with their distribution q: those chunks bring the
+// target's raw rows back and keep drafts by the general rule (speculative/rejection.h), which
+// keeps more of them when q resembles the target; the output then has the target's
+// distribution but is not the sequence decoding without drafts samples.
 //
 // The positions after the last kept token were written into the cache by the step; they are not
 // computed as far as the sequence knows (num_computed stops before them), and the cache's ring and
 // carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
 #include <algorithm>
 
+#include "kernels/cpu/cpu_sampler.h"
 #include "model/archs/dspark_draft.h"
 #include "runtime/engine_impl.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative/rejection.h"
 
 namespace deepinfer::runtime {
 
@@ -24,16 +30,61 @@ bool EngineImpl::speculates(const GenerationRequest& r) const {
     return drafter_ != nullptr && !needs_penalty_state(r.sampling) && !r.grammar.active();
 }
 
-void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples, int64_t& detokenize_us) {
+void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                                 std::span<const std::vector<float>> raw_logits, int64_t& detokenize_us) {
     Sequence& s = *c.seq;
     const size_t drafts = c.draft.size();
     size_t kept = 0;
     if (!samples.empty()) {
-        const bool unchecked = config_.speculative.test_accept_unchecked;
-        while (kept < drafts && (unchecked || samples[kept].token == c.draft[kept])) ++kept;
+        if (config_.speculative.test_accept_unchecked) kept = drafts;
+        else if (!raw_logits.empty()) kept = verify_with_distribution(c, samples, raw_logits);
+        else
+            while (kept < drafts && samples[kept].token == c.draft[kept]) ++kept;
+        acceptance_.record(static_cast<int>(drafts), static_cast<int>(kept));
     }
     s.num_computed += static_cast<int64_t>(kept) + 1;  // the sequence's last token and the kept drafts
-    if (!samples.empty()) acceptance_.record(static_cast<int>(drafts), static_cast<int>(kept));
+    record_verification(drafts, kept);
+    for (size_t i = 0; i < samples.size() && i <= kept && !s.finished(); ++i) {
+        if (i < kept) samples[i].token = c.draft[i];  // the same token, unless kept unchecked (tests)
+        append_token(s, std::move(samples[i]), detokenize_us);
+    }
+}
+
+bool EngineImpl::drafts_have_distribution(const ScheduledChunk& c) const {
+    const Sequence& s = *c.seq;
+    return !c.draft.empty() && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
+           s.model_draft_logits.size() >= c.draft.size();
+}
+
+// The rejection rule (speculative/rejection.h) on the target's raw rows: the kept drafts and the
+// token after them replace the device's samples (and their logprobs) where they differ.
+size_t EngineImpl::verify_with_distribution(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                                            std::span<const std::vector<float>> raw_logits) const {
+    const Sequence& s = *c.seq;
+    const SamplingParams& p = s.request->request.sampling;
+    std::vector<std::span<const float>> target, draft;
+    std::vector<kernels::SampleRow> rows;
+    for (size_t i = 0; i < c.draft.size(); ++i) {
+        target.emplace_back(raw_logits[i]);
+        draft.emplace_back(s.model_draft_logits[i]);
+        rows.push_back(sample_row_of(p, s.seed, static_cast<int64_t>(s.tokens.size() + i)));
+    }
+    std::vector<kernels::LogitBias> bias;
+    for (const auto& [token, b] : p.logit_bias) bias.push_back({token, b});
+    DraftVerdict v = verify_draft_distribution(target, draft, c.draft, rows, bias);
+    auto host_output = [&](size_t i, int32_t token) {
+        kernels::cpu::SampledToken t{token};
+        if (p.logprobs >= 0) kernels::cpu::fill_logprobs(raw_logits[i], p.logprobs, t);
+        SampleOutput out{t.token, t.logprob, {}};
+        for (const auto& [id, lp] : t.top) out.top.push_back({id, lp});
+        return out;
+    };
+    for (size_t i = 0; i < v.kept; ++i) samples[i] = host_output(i, c.draft[i]);
+    if (v.kept < c.draft.size()) samples[v.kept] = host_output(v.kept, v.token);
+    return v.kept;  // all kept: the device's sample after the last draft is the next token
+}
+
+void EngineImpl::record_verification(size_t drafts, size_t kept) {
     {
         std::lock_guard<std::mutex> lock(stats_mutex_);
         SpeculativeStats& st = stats_.speculative;
@@ -45,10 +96,6 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
         for (size_t i = 0; i < kept; ++i) st.accepted_at[i] += 1;
     }
     if (trace_.enabled()) trace_.counter("drafts kept", static_cast<double>(kept));
-    for (size_t i = 0; i < samples.size() && i <= kept && !s.finished(); ++i) {
-        if (i < kept) samples[i].token = c.draft[i];  // the same token, unless kept unchecked (tests)
-        append_token(s, std::move(samples[i]), detokenize_us);
-    }
 }
 
 // DSpark, after a step: the features of the positions each speculating sequence just committed
@@ -83,13 +130,16 @@ void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeature
         if (!s.speculative || s.finished() || s.request->cancelled || s.cache_state != s.draft_state ||
             position != s.num_computed || s.draft_context_end != position)
             continue;
-        anchors.push_back({s.cache_state, s.tokens.back(), position, s.draft_context_from});
+        const SamplingParams& p = s.request->request.sampling;
+        anchors.push_back({s.cache_state, s.tokens.back(), position, s.draft_context_from,
+                           sample_row_of(p, s.seed ^ kDraftSeedSalt, 0)});
         drafting.push_back(&s);
     }
     std::vector<model::DraftProposal> proposals = dspark_->propose(anchors);
     for (size_t k = 0; k < drafting.size(); ++k) {
         drafting[k]->model_draft = std::move(proposals[k].tokens);
         drafting[k]->model_confidence = std::move(proposals[k].confidence);
+        drafting[k]->model_draft_logits = std::move(proposals[k].logits);
         drafting[k]->drafted_for = static_cast<int64_t>(drafting[k]->tokens.size());
     }
 }

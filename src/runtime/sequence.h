@@ -50,6 +50,7 @@ struct Sequence {
     // tokens before it were accepted).
     std::vector<int32_t> model_draft;
     std::vector<double> model_confidence;
+    std::vector<std::vector<float>> model_draft_logits;  // sampled drafts: each token's distribution (logits)
     int64_t drafted_for = -1;
     // The draft model's context: its rings of cache state draft_state hold the features of
     // positions [draft_context_from, draft_context_end).

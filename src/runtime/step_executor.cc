@@ -76,6 +76,10 @@ StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_pt
     StepOutput out;
     if (!job.rows.empty()) sample(logits, job, out);
     if (masks) download_late_rows(logits, *masks, late, out);
+    for (int32_t r : job.raw_rows) {  // a draft distribution's verification reads the target's whole rows
+        std::vector<float>& row = out.raw_logits.emplace_back(static_cast<size_t>(logits.dim(-1)));
+        model_.backend().download(logits.rows(r, r + 1), row.data());
+    }
     out.masks = std::move(masks);
     if (model_.dspark() != nullptr) out.features = model_.step_features();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

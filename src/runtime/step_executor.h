@@ -25,6 +25,7 @@ struct SampleJob {
     std::vector<kernels::SampleRow> rows;
     std::vector<kernels::LogitBias> bias;
     std::vector<PenaltyReset> resets;
+    std::vector<int32_t> raw_rows;  // logit rows whose raw logits come back (StepOutput::raw_logits)
 };
 
 // What a step brings back to the host: each logit row's token, sampled where the logits are, and
@@ -42,6 +43,7 @@ struct StepOutput {
     std::vector<std::vector<float>> late_logits;  // per grammar row: [vocab] when late, else empty
     double seconds = 0;                           // the step's forward and sampling
     model::StepFeatures features;                 // what the model's draft reads of the step (if it has one)
+    std::vector<std::vector<float>> raw_logits;   // per SampleJob::raw_rows: [vocab]
 };
 
 class StepExecutor {

@@ -71,8 +71,8 @@ std::vector<int32_t> top_k_top_p_prefix(std::span<const float> e, std::span<cons
     }
 }
 
-// The token of a sampled (not greedy) row from its processed logits z.
-int32_t draw_token(std::span<const float> z, const SampleRow& row) {
+// The kept weights of a sampled (not greedy) row from its processed logits z (0 where not kept).
+std::vector<uint64_t> kept_of(std::span<const float> z, const SampleRow& row) {
     float max_z = -INFINITY;
     for (float v : z)
         if (v > max_z) max_z = v;
@@ -93,17 +93,31 @@ int32_t draw_token(std::span<const float> z, const SampleRow& row) {
         for (size_t i = 0; i < z.size(); ++i)
             if (!min_p || e[i] >= row.min_p) kept[i] = w[i];
     }
-    uint64_t kept_total = std::accumulate(kept.begin(), kept.end(), uint64_t{0});
-    if (kept_total == 0) return 0;  // only when no logit is finite
-    uint64_t target = draw_target(random_bits53(row.seed, static_cast<uint64_t>(row.position)), kept_total), cum = 0;
-    for (size_t i = 0; i < kept.size(); ++i) {
-        cum += kept[i];
-        if (cum > target) return static_cast<int32_t>(i);
-    }
-    return 0;  // not reached: cum ends at kept_total > target
+    return kept;
 }
 
-// The chosen token's raw log-softmax and, when asked, the top N.
+}  // namespace
+
+std::vector<uint64_t> kept_weights(std::span<const float> logits, const SampleRow& row, std::span<const LogitBias> bias,
+                                   const uint32_t* words) {
+    std::vector<float> z = processed_logits(logits, row, bias, words);
+    if (!is_greedy(row)) return kept_of(z, row);
+    std::vector<uint64_t> one(z.size(), 0);
+    one[first_max_index(z)] = 1;
+    return one;
+}
+
+int32_t draw_weighted(std::span<const uint64_t> weights, uint64_t bits53) {
+    uint64_t total = std::accumulate(weights.begin(), weights.end(), uint64_t{0});
+    if (total == 0) return 0;  // only when no logit is finite
+    uint64_t target = draw_target(bits53, total), cum = 0;
+    for (size_t i = 0; i < weights.size(); ++i) {
+        cum += weights[i];
+        if (cum > target) return static_cast<int32_t>(i);
+    }
+    return 0;  // not reached: cum ends at total > target
+}
+
 void fill_logprobs(std::span<const float> logits, int top, SampledToken& out) {
     double max_l = -INFINITY;
     for (float v : logits) max_l = std::max(max_l, static_cast<double>(v));
@@ -115,13 +129,12 @@ void fill_logprobs(std::span<const float> logits, int top, SampledToken& out) {
     for (int32_t id : top_ids(logits, static_cast<size_t>(top))) out.top.emplace_back(id, static_cast<float>(logits[id] - log_z));
 }
 
-}  // namespace
-
 SampledToken sample_row(std::span<const float> logits, const SampleRow& row, std::span<const LogitBias> bias,
                         const uint32_t* words) {
     std::vector<float> z = processed_logits(logits, row, bias, words);
     SampledToken out;
-    out.token = is_greedy(row) ? first_max_index(z) : draw_token(z, row);
+    out.token = is_greedy(row) ? first_max_index(z)
+                               : draw_weighted(kept_of(z, row), random_bits53(row.seed, static_cast<uint64_t>(row.position)));
     if (row.logprobs >= 0) fill_logprobs(logits, row.logprobs, out);
     return out;
 }

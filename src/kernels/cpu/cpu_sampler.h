@@ -21,6 +21,16 @@ struct SampledToken {
 SampledToken sample_row(std::span<const float> logits, const SampleRow& row, std::span<const LogitBias> bias,
                         const uint32_t* words);
 
+// The weights runtime/sampler.h's draw picks from (steps 1, 3 and 4), one per token, 0 where a token
+// is not kept; a greedy row keeps its first largest logit alone (weight 1).
+std::vector<uint64_t> kept_weights(std::span<const float> logits, const SampleRow& row, std::span<const LogitBias> bias,
+                                   const uint32_t* words);
+// Step 5: the first id where the running sum of `weights` exceeds floor(bits53 / 2^53 * total);
+// 0 when every weight is 0.
+int32_t draw_weighted(std::span<const uint64_t> weights, uint64_t bits53);
+// out.token's raw log-softmax into out.logprob and, for top > 0, the top `top` into out.top.
+void fill_logprobs(std::span<const float> logits, int top, SampledToken& out);
+
 // Plumbing that every host implementation of the sampling ops shares: the shape checks, the
 // outputs of one row, and the penalty words of a reset.
 void check_sample_args(const SampleArgs& args);

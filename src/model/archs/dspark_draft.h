@@ -33,6 +33,9 @@ struct DraftAnchor {
     int32_t token = 0;
     int64_t position = 0;
     int64_t context_from = 0;
+    // How draft tokens are chosen: greedy (temperature <= 0) takes each row's argmax, else a draw
+    // with these parameters at the draft's position (seed: the draft's own stream).
+    kernels::SampleRow sampling = {0.0f};
 };
 
 // The block forward's outputs for the T - 1 draft rows of each anchor, anchor-major.
@@ -41,10 +44,12 @@ struct DraftBlock {
     Tensor hidden;       // [S * (T - 1), D]: pre-norm (what the confidence head reads)
 };
 
-// A greedy draft of one anchor and the confidence head's estimate for each of its tokens.
+// One anchor's draft, the confidence head's estimate for each token, and (sampled drafts only)
+// the Markov-corrected logits each token was drawn from (its distribution, for the rejection rule).
 struct DraftProposal {
     std::vector<int32_t> tokens;
     std::vector<double> confidence;
+    std::vector<std::vector<float>> logits;
 };
 
 class DSparkDraft {
@@ -62,7 +67,7 @@ public:
     // its positions start_pos ... (only the last `sliding_window` of a sequence are kept).
     void commit(std::span<const kernels::SeqSlice> seqs, const Tensor& taps);
     DraftBlock forward(std::span<const DraftAnchor> anchors);
-    // forward(), then the Markov head left to right taking each row's argmax (ties to the lower id).
+    // forward(), then the Markov head left to right, each token chosen as its anchor's sampling says.
     std::vector<DraftProposal> propose(std::span<const DraftAnchor> anchors);
     // Markov correction: logits [S, V] += W2 · W1[prev] in place; returns W1[prev] [S, rank].
     Tensor markov(Tensor& logits, std::span<const int32_t> prev);
@@ -71,6 +76,8 @@ public:
 
 private:
     struct Block;
+    void choose(std::span<const DraftAnchor> anchors, int64_t k, const Tensor& logits, std::vector<int32_t>& prev,
+                std::vector<DraftProposal>& out);
     void enter_site(const MhcWeights& site, const Tensor& norm, Block& b);
     void attention(int layer, Block& b);
     void feed_forward(int layer, Block& b);
