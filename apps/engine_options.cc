@@ -58,7 +58,8 @@ void add_prefix_cache_options(CLI::App* cmd, EngineFlags& f) {
 void add_speculative_options(CLI::App* cmd, SpeculativeConfig& s) {
     cmd->add_option("--speculative", s.method,
                     "speculative decoding: off; ngram (drafts looked up in the sequence's own earlier tokens); "
-                    "dspark (the DSpark draft model of a DeepSeek-V4.1 checkpoint). The output is the same as without it")
+                    "dspark (the DSpark draft model of a DeepSeek-V4.1 checkpoint); mtp (the MTP head of a DeepSeek-V4 "
+                    "checkpoint). Greedy output is the same as without it, sampled output has the same distribution")
         ->check(CLI::IsMember({"off", "ngram", "dspark", "mtp"}));
     cmd->add_option("--num-draft-tokens", s.num_draft_tokens, "drafted tokens verified per step and sequence (1-64)")
         ->check(CLI::Range(1, 64));

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Speculative decoding end to end: `deepinfer bench` with drafts off and with n-gram drafts in each
-# of MODES (VERIFY:K = --spec-verify VERIFY --num-draft-tokens K), in alternating rounds on one machine, prompts cut from the text files given
+# Speculative decoding end to end: `deepinfer bench` with drafts off and with drafts in each of MODES
+# ([METHOD@]VERIFY:K = --speculative METHOD (default $METHOD, else ngram) --spec-verify VERIFY
+# --num-draft-tokens K), in alternating rounds on one machine, prompts cut from the text files given
 # (code, so that prompt lookup finds something). Prints one table: output tokens/s (min / median /
 # max over the rounds), TPOT p50, the mean tokens per verification (the sampled token included)
 # and the acceptance by draft position; the speed-up is the ratio of the medians against off.
 #   bench/speculative_bench.sh FILE... [env: MODEL, DEVICE=cpu, CONCURRENCY=1, TEMPERATURE=0, ROUNDS=3,
-#       MODES="fixed:2 fixed:4 fixed:8 confidence:8", PROMPTS=16, INPUT=256, OUTPUT=256, EXTRA]
+#       MODES="fixed:2 fixed:4 fixed:8 confidence:8" (e.g. "mtp@fixed:2 ngram@fixed:4"), METHOD=ngram, PROMPTS=16,
+#       INPUT=256, OUTPUT=256, EXTRA]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: $0 FILE..." >&2; exit 2; }
@@ -19,7 +21,9 @@ for m in ${MODES:-fixed:2 fixed:4 fixed:8 confidence:8}; do modes+=("$m"); done
 for round in $(seq "${ROUNDS:-3}"); do
     for mode in "${modes[@]}"; do
         spec=(--speculative off)
-        [ "$mode" != off ] && spec=(--speculative ngram --spec-verify "${mode%:*}" --num-draft-tokens "${mode#*:}")
+        method=${METHOD:-ngram} verify=$mode
+        [[ $mode == *@* ]] && method=${mode%%@*} verify=${mode#*@}
+        [ "$mode" != off ] && spec=(--speculative "$method" --spec-verify "${verify%:*}" --num-draft-tokens "${verify#*:}")
         # shellcheck disable=SC2086
         "$bin" bench "${model_args[@]}" --device "${DEVICE:-cpu}" --num-prompts "${PROMPTS:-16}" --input-len "${INPUT:-256}" \
             --output-len "${OUTPUT:-256}" --concurrency "${CONCURRENCY:-1}" --temperature "${TEMPERATURE:-0}" \

@@ -118,7 +118,8 @@ struct SpeculativeConfig {
     // occurred before (no draft model); "dspark": the DSpark draft model a DeepSeek-V4.1
     // checkpoint carries (mtp.*), run after every step on the target's features, its confidence
     // head's estimates feeding the confidence scheduling. A dspark draft block holds
-    // dspark_block_size - 1 tokens, so num_draft_tokens is capped there.
+    // dspark_block_size - 1 tokens, so num_draft_tokens is capped there. "mtp": the MTP head of a
+    // DeepSeek-V4 checkpoint (mtp.0), run num_draft_tokens times per draft on its own output.
     std::string method;
     int num_draft_tokens = 4;
     int ngram_min = 1, ngram_max = 3;  // lengths of the suffix matched, longest first

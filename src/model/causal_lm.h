@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/draft_model.h"
 #include "model/weight_quant.h"
 
 namespace deepinfer::model {
@@ -157,14 +158,13 @@ public:
     virtual TransferTotals transfer_totals() const = 0;
 };
 
-// What a draft model reads of a target step (DSpark: the residual entering its tap layers,
-// [n, taps * D]) and the slices its rows belong to (bounded replay keeps only a prompt's tail).
+// What a draft model reads of a target step, per row (DSpark: the residual entering its tap
+// layers, [n, taps * D]; MTP: the last layer's streams, [n, hc * D]) and the slices its rows
+// belong to (bounded replay keeps only a prompt's tail).
 struct StepFeatures {
     Tensor rows;
     std::vector<kernels::SeqSlice> seqs;
 };
-
-class DSparkDraft;
 
 class CausalLm {
 public:
@@ -176,7 +176,8 @@ public:
     virtual kernels::Backend& backend() = 0;
     // The speculative draft model loaded with LoadOptions::draft (null: none), and what the last
     // step computed for it.
-    virtual DSparkDraft* dspark() { return nullptr; }
+    virtual DraftModel* draft_model() { return nullptr; }
+    virtual const char* draft_kind() const { return ""; }  // "dspark", "mtp"
     virtual StepFeatures step_features() const { return {}; }
     // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences, with `ring_slack`
     // (CacheSizing) rows for positions a step may roll back.

@@ -3,7 +3,6 @@
 
 #include "base/error.h"
 #include "base/logging.h"
-#include "model/archs/dspark_draft.h"
 #include "runtime/engine_impl.h"
 
 namespace deepinfer {
@@ -102,15 +101,16 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
              "deterministic mode: the {} backend's kernels are not batch-invariant (a row's result depends on the "
              "batch around it); use --device cpu",
              backend_->name());
-    bool dspark = config.speculative.method == "dspark" && !config.speculative.drafter;
+    const std::string& method = config.speculative.method;
+    bool modelled = (method == "dspark" || method == "mtp") && !config.speculative.drafter;
     model_ = model::load_causal_lm(mc.path, *backend_,
-                                   {model::parse_weight_quant(mc.quantize), model::parse_precision(mc.precision), dspark});
-    if (dspark) {
-        dspark_ = model_->dspark();
-        DI_CHECK(dspark_ != nullptr,
-                 "--speculative dspark: the checkpoint in {} has no DSpark draft model (a deepseek_v41 config.json with "
-                 "dspark_* keys and mtp.* tensors)",
-                 mc.path);
+                                   {model::parse_weight_quant(mc.quantize), model::parse_precision(mc.precision), modelled});
+    if (modelled) {
+        draft_model_ = model_->draft_model();
+        DI_CHECK(draft_model_ != nullptr && (method == "dspark") == (model_->draft_kind() == "dspark"),
+                 "--speculative {}: the checkpoint in {} has no {} (DSpark: a deepseek_v41 config.json with dspark_* keys "
+                 "and mtp.* tensors; MTP: a deepseek_v4 checkpoint with an mtp.0 head)",
+                 method, mc.path, method == "dspark" ? "DSpark draft model" : "MTP head");
     }
     DI_CHECK(mc.swa_replay_tokens >= 0 && mc.rollback_tokens >= 0, "swa_replay_tokens and rollback_tokens must be >= 0");
     if (model_->configure_swa_replay(mc.swa_replay_tokens, mc.rollback_tokens) && mc.swa_replay_tokens > 0)
@@ -119,7 +119,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     const CacheConfig& cc = config.cache;
     DI_CHECK(cc.max_sequences >= 1 && cc.block_size >= 1, "cache: max_sequences and block_size must be positive");
     cache_ = model_->make_cache(model_->plan_cache(cc.max_sequences, cc.memory_bytes, cc.block_size, mc.rollback_tokens));
-    if (dspark_) dspark_->allocate(cache_->max_seqs());
+    if (draft_model_) draft_model_->allocate(cache_->max_seqs());
     int64_t max_positions = model_->max_position_embeddings();
     DI_CHECK(cc.max_model_len <= max_positions, "max_model_len {} exceeds the model's max_position_embeddings ({})",
              cc.max_model_len, max_positions);

@@ -142,7 +142,7 @@ private:
     std::unique_ptr<StepExecutor> executor_;
     std::unique_ptr<GrammarService> grammar_;
     std::shared_ptr<const Drafter> drafter_;  // speculative decoding (null when off)
-    model::DSparkDraft* dspark_ = nullptr;    // the model's draft (--speculative dspark), run after each step
+    model::DraftModel* draft_model_ = nullptr;  // the model's draft (--speculative dspark / mtp), run after each step
     StepCostModel step_cost_;                 // step time per token count (engine thread)
     AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
     int64_t max_model_len_ = 0;

@@ -336,7 +336,7 @@ void EngineImpl::loop() {
             step_cost_.record(inflight->num_tokens(), out.seconds);
             commit(*inflight, out);
             record_prefixes(*inflight, true);
-            if (dspark_) draft_with_model(*inflight, out.features);  // the executor is idle until the next launch
+            if (draft_model_) draft_with_model(*inflight, out.features);  // the executor is idle until the next launch
         } catch (const std::exception& e) {
             record_prefixes(*inflight, false);
             fail_everything(e.what());

@@ -17,7 +17,6 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_sampler.h"
-#include "model/archs/dspark_draft.h"
 #include "runtime/engine_impl.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative/rejection.h"
@@ -98,12 +97,12 @@ void EngineImpl::record_verification(size_t drafts, size_t kept) {
     if (trace_.enabled()) trace_.counter("drafts kept", static_cast<double>(kept));
 }
 
-// DSpark, after a step: the features of the positions each speculating sequence just committed
-// join the draft's context rings, then every sequence about to decode gets a draft block from its
-// last token. A sequence whose context has a gap (admitted with a cached prefix, features
-// trimmed by bounded replay, a new cache state) drafts from what it has since.
+// A draft model (DSpark, MTP), after a step: the features of the positions each speculating
+// sequence just committed join the draft's context, then every sequence about to decode gets a
+// draft from its last token. A sequence whose context has a gap (admitted with a cached prefix,
+// features trimmed by bounded replay, a new cache state) drafts from what it has since.
 void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatures& features) {
-    std::vector<kernels::SeqSlice> committed;
+    std::vector<model::DraftCommit> commits;
     for (size_t i = 0; i < plan.chunks.size() && i < features.seqs.size(); ++i) {
         const ScheduledChunk& c = plan.chunks[i];
         Sequence& s = *c.seq;
@@ -117,25 +116,30 @@ void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeature
         if (f.start_pos > c.start)  // bounded replay computed only the prompt's tail
             s.draft_context_from = std::max(s.draft_context_from, std::min(f.start_pos, s.num_computed));
         s.draft_context_end = s.num_computed;
-        if (end > begin)
-            committed.push_back({f.token_begin + static_cast<int32_t>(begin - f.start_pos),
-                                 static_cast<int32_t>(end - begin), begin, s.cache_state, 0});
+        if (end <= begin || end >= static_cast<int64_t>(s.tokens.size())) continue;
+        model::DraftCommit& dc = commits.emplace_back();
+        dc.rows = {f.token_begin + static_cast<int32_t>(begin - f.start_pos), static_cast<int32_t>(end - begin), begin,
+                   s.cache_state, s.draft_context_from};
+        dc.next_tokens.assign(s.tokens.begin() + begin + 1, s.tokens.begin() + end + 1);
     }
-    dspark_->commit(committed, features.rows);
     std::vector<model::DraftAnchor> anchors;
     std::vector<Sequence*> drafting;
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence& s = *c.seq;
         int64_t position = static_cast<int64_t>(s.tokens.size()) - 1;
+        bool committed = std::any_of(commits.begin(), commits.end(), [&](const model::DraftCommit& dc) {
+            return dc.rows.state_idx == s.cache_state && dc.rows.start_pos + dc.rows.num_tokens == position;
+        });
         if (!s.speculative || s.finished() || s.request->cancelled || s.cache_state != s.draft_state ||
-            position != s.num_computed || s.draft_context_end != position)
+            position != s.num_computed || !committed)
             continue;
         const SamplingParams& p = s.request->request.sampling;
         anchors.push_back({s.cache_state, s.tokens.back(), position, s.draft_context_from,
                            sample_row_of(p, s.seed ^ kDraftSeedSalt, 0)});
         drafting.push_back(&s);
     }
-    std::vector<model::DraftProposal> proposals = dspark_->propose(anchors);
+    std::vector<model::DraftProposal> proposals =
+        draft_model_->draft(features, commits, anchors, config_.speculative.num_draft_tokens, *cache_);
     for (size_t k = 0; k < drafting.size(); ++k) {
         drafting[k]->model_draft = std::move(proposals[k].tokens);
         drafting[k]->model_confidence = std::move(proposals[k].confidence);

@@ -81,7 +81,7 @@ StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_pt
         model_.backend().download(logits.rows(r, r + 1), row.data());
     }
     out.masks = std::move(masks);
-    if (model_.dspark() != nullptr) out.features = model_.step_features();
+    if (model_.draft_model() != nullptr) out.features = model_.step_features();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }

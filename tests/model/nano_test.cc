@@ -118,3 +118,53 @@ TEST(DeepinferNano, GreedySampleEqualsHf) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// The bundled model's MTP head (mtp.0, trained with it) run as our draft model: teacher-forced on
+// the held-out sequences (the target's last-layer streams at t and the true token t + 1), its
+// argmax hits token t + 2 as often as HF's forward of the same head measured at training time
+// (training_report.json), to within a few near-ties.
+TEST(DeepinferNano, MtpHeadAccuracyEqualsHf) {
+    nlohmann::json report = nlohmann::json::parse(std::ifstream(nano_dir() + "/training_report.json"));
+    double hf_accuracy = report.at("mtp_next_next_token_accuracy").get<double>();
+    SafetensorsFile heldout(test::data_path("nano_heldout.safetensors"));
+    Tensor ids = heldout.tensor("input_ids");  // [N, L+1]
+    auto backend = kernels::make_backend(test::device(), 0);
+    model::DeepseekV4Model m(model::load_deepseek_v4_config(nano_dir()), model::Checkpoint(nano_dir()), *backend,
+                             {.draft = true});
+    ASSERT_NE(m.draft_model(), nullptr);
+    int64_t n = ids.dim(0), len = ids.dim(1) - 1, vocab = m.config().vocab_size, hits = 0, total = 0;
+    for (int64_t s = 0; s < n; ++s) {
+        const int64_t* row = ids.data<int64_t>() + s * (len + 1);
+        std::vector<int32_t> x(row, row + len);
+        auto cache = m.make_cache(m.plan_cache_for_tokens(1, len));
+        int state = cache->try_add_sequence();
+        ASSERT_TRUE(state >= 0 && cache->reserve(state, len));
+        model::Batch step;
+        step.append(x, 0, static_cast<int32_t>(len), state);
+        cache->describe(step);
+        m.forward(step, *cache);
+        model::StepFeatures f = m.step_features();
+        model::Batch heads;  // positions 0 .. len - 2, each with the token after it
+        heads.append(x, 1, static_cast<int32_t>(len - 1), state);
+        heads.seqs.back().start_pos = 0;
+        Tensor streams = f.rows.rows(0, len - 1).reshape({len - 1, m.config().hc_mult, m.config().hidden_size});
+        Tensor logits = m.mtp_forward(heads, streams, dynamic_cast<model::HybridCache&>(*cache));
+        std::vector<float> host((len - 1) * vocab);
+        backend->download(logits, host.data());
+        for (int64_t t = 0; t + 1 < len; ++t) {
+            const float* l = host.data() + t * vocab;
+            hits += std::max_element(l, l + vocab) - l == row[t + 2];
+            ++total;
+        }
+    }
+    double accuracy = static_cast<double>(hits) / static_cast<double>(total);
+    std::printf("MTP next-next-token accuracy %.5f over %ld tokens (HF at training: %.5f)\n", accuracy,
+                static_cast<long>(total), hf_accuracy);
+    EXPECT_NEAR(accuracy, hf_accuracy, 2e-3);
+}
+
+}  // namespace
+}  // namespace deepinfer

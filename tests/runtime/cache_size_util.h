@@ -14,11 +14,15 @@ namespace deepinfer::test {
 
 // The least cache memory (to 1/64) whose blocks hold `tokens` positions of one sequence beside
 // the fixed state of c.cache.max_sequences sequences, with the spare rows the engine adds for
-// speculative drafts (as EngineImpl raises rollback_tokens).
+// speculative drafts (as EngineImpl raises rollback_tokens) and the draft model's own state (an MTP
+// head's ring).
 inline int64_t smallest_cache_for(const EngineConfig& c, int64_t tokens) {
     int slack = c.speculative.enabled() ? std::max(c.model.rollback_tokens, c.speculative.num_draft_tokens) : c.model.rollback_tokens;
     auto backend = kernels::make_backend(device(), 1);  // the engine's cache layout on its device
-    auto m = model::load_causal_lm(c.model.path, *backend);
+    const std::string& method = c.speculative.method;
+    model::LoadOptions options;
+    options.draft = method == "dspark" || method == "mtp";
+    auto m = model::load_causal_lm(c.model.path, *backend, options);
     auto holds = [&](int64_t bytes) {
         try {
             return m->make_cache(m->plan_cache(c.cache.max_sequences, bytes, c.cache.block_size, slack))->token_capacity() >= tokens;

@@ -78,8 +78,6 @@ TEST(SpeculativeConfig, DSparkNeedsACheckpointWithADraftModel) {
 
 TEST(SpeculativeConfig, UnknownOrMissingDraftersAreRefused) {
     SpeculativeConfig c;
-    c.method = "mtp";
-    EXPECT_THROW(runtime::make_drafter(c), Error);
     c.method = "bogus";
     EXPECT_THROW(runtime::make_drafter(c), Error);
     c.method = "ngram";
@@ -517,45 +515,72 @@ std::vector<bool> greedy_completions(const Model& m, uint64_t seed) {
     return out;
 }
 
-// DSpark drafts from the draft model of the v41_dspark fixture, run after every step on the
-// target's features: random weights draft badly, so few drafts are kept, but every one is
-// verified. Greedy completions are the ones without drafts, under each verify mode, small steps
-// without the prefix cache (contexts written chunk by chunk), and preemption (contexts
-// rebuilt); sampled ones keep their length (their distribution: SpeculativeDistribution).
-TEST(SpeculativeDSpark, GreedyOutputEqualsDecodingWithoutDrafts) {
-    Model m{"v41_dspark", make_model_dir("v41/v41_dspark", 320), 320, 4};
-    uint64_t seed = test_seed() + 5;
+// A draft model's drafts (--speculative `method`), run by the engine after every step: greedy
+// completions are the ones without drafts under each verify mode, small steps without the prefix
+// cache (contexts written chunk by chunk) and preemption (contexts rebuilt); sampled ones keep
+// their length (their distribution: SpeculativeDistribution). Returns the runs' statistics.
+std::vector<SpeculativeStats> expect_greedy_output_kept(const Model& m, const std::string& method, uint64_t seed) {
     Runs want = run(m, {.speculative = false}, seed);
     EngineConfig sizing = engine_config(m);
     sizing.cache.max_sequences = 6;
-    sizing.speculative.method = "ngram";  // the same draft length (4): the same spare rows
+    sizing.speculative.method = method;
     const int64_t tight = smallest_cache_for(sizing, 210);
+    std::vector<bool> greedy = greedy_completions(m, seed);
     struct Case { const char* name; test::Setup setup; };
-    for (const Case& k : {Case{"fixed", {.method = "dspark"}}, Case{"confidence", {.method = "dspark", .verify = "confidence"}},
-                          Case{"small steps", {.method = "dspark", .max_batch_tokens = 7, .prefix_cache = false}},
-                          Case{"preemption", {.method = "dspark", .cache_bytes = tight}}}) {
+    std::vector<SpeculativeStats> stats;
+    for (const Case& k : {Case{"fixed", {.method = method}}, Case{"confidence", {.method = method, .verify = "confidence"}},
+                          Case{"small steps", {.method = method, .max_batch_tokens = 7, .prefix_cache = false}},
+                          Case{"preemption", {.method = method, .cache_bytes = tight}}}) {
         SCOPED_TRACE(k.name);
         Runs got = run(m, k.setup, seed);
-        std::vector<bool> greedy = greedy_completions(m, seed);
-        ASSERT_EQ(got.outputs.size(), greedy.size());
-        for (size_t i = 0; i < greedy.size(); ++i) {
+        EXPECT_EQ(got.outputs.size(), greedy.size());
+        for (size_t i = 0; i < greedy.size() && i < got.outputs.size(); ++i) {
             EXPECT_EQ(got.outputs[i].tokens.size(), want.outputs[i].tokens.size()) << "completion " << i;
             if (greedy[i]) EXPECT_EQ(got.outputs[i], want.outputs[i]) << "greedy completion " << i;
         }
-        const SpeculativeStats& st = got.stats.speculative;
-        EXPECT_GT(st.verifications, 0);
-        EXPECT_GT(st.draft_tokens, 0);
         if (std::string(k.name) == "preemption") EXPECT_GT(got.stats.preemptions, 0);
-        std::printf("dspark, %s: %lld verifications, %lld of %lld drafts kept\n", k.name,
+        const SpeculativeStats& st = stats.emplace_back(got.stats.speculative);
+        EXPECT_GT(st.verifications, 0);
+        std::printf("%s, %s: %lld verifications, %lld of %lld drafts kept\n", method.c_str(), k.name,
                     static_cast<long long>(st.verifications), static_cast<long long>(st.accepted_tokens),
                     static_cast<long long>(st.draft_tokens));
     }
-    Runs broken = run(m, {.method = "dspark", .unchecked = true}, seed);
-    std::vector<bool> greedy = greedy_completions(m, seed);
+    Runs broken = run(m, {.method = method, .unchecked = true}, seed);
     bool differs = false;
     for (size_t i = 0; i < want.outputs.size(); ++i)
         differs = differs || (greedy[i] && broken.outputs[i].tokens != want.outputs[i].tokens);
-    EXPECT_TRUE(differs) << "keeping DSpark drafts unchecked left the output as it was";
+    EXPECT_TRUE(differs) << "keeping " << method << " drafts unchecked left the output as it was";
+    return stats;
+}
+
+// DSpark on the v41_dspark fixture: random weights draft badly, so few drafts are kept, but every
+// one is verified.
+TEST(SpeculativeDSpark, GreedyOutputEqualsDecodingWithoutDrafts) {
+    Model m{"v41_dspark", make_model_dir("v41/v41_dspark", 320), 320, 4};
+    for (const SpeculativeStats& st : expect_greedy_output_kept(m, "dspark", test_seed() + 5)) EXPECT_GT(st.draft_tokens, 0);
+}
+
+// MTP drafts from the bundled model's trained head (mtp.0): kept and rejected at every position.
+TEST(SpeculativeMtp, GreedyOutputEqualsDecodingWithoutDrafts) {
+    Model m = models().back();
+    ASSERT_EQ(m.name, "nano");
+    for (const SpeculativeStats& st : expect_greedy_output_kept(m, "mtp", test_seed() + 6)) expect_drafts_kept_and_rejected(st);
+}
+
+TEST(SpeculativeConfig, EachDraftModelNeedsItsCheckpoint) {
+    EngineConfig c;
+    c.model.threads = 1;
+    c.model.path = data_path("../../models/deepinfer-nano");
+    c.speculative.method = "dspark";  // a V4 checkpoint: it has an MTP head, not a DSpark draft
+    EXPECT_THROW(Engine::create(c), Error);
+    c.model.path = make_model_dir("v41/v41_dspark", 320);
+    c.speculative.method = "mtp";
+    try {
+        Engine::create(c);
+        FAIL() << "a V4.1 checkpoint started with --speculative mtp";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no MTP head"), std::string::npos) << e.what();
+    }
 }
 
 // The sampled output's distribution with drafts is the target's: many requests of one prompt at

@@ -50,6 +50,7 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, B
     rope_compress_ = make_rope(cfg_.rope_compress, cfg_.rope_dim, backend_);
     cache_layout_ = v4_cache_layout(cfg_);
     cache_layout_.kv_dtype = kv_cache_dtype(options.precision, backend_);
+    if (options.draft) load_mtp(ckpt, loader);
 }
 
 CacheLayout v4_cache_layout(const DeepseekV4Config& c) {
@@ -107,6 +108,7 @@ Tensor DeepseekV4Model::forward_described(const Batch& step, HybridCache& cache)
         attention_block(l, st, cache);
         ffn_block(l, st);
     }
+    if (mtp_) features_ = {st.streams.reshape({n, hc * D}), step.seqs};
     int64_t r = static_cast<int64_t>(step.logit_rows.size());
     if (r == 0) return backend_.empty(DType::kF32, {0, cfg_.vocab_size});
     // Decode steps want every row in order: no gather.
@@ -119,6 +121,43 @@ Tensor DeepseekV4Model::forward_described(const Batch& step, HybridCache& cache)
     backend_.rms_norm(h, &w_.norm, cfg_.rms_norm_eps, h);
     Tensor logits = backend_.empty(DType::kF32, {r, cfg_.vocab_size});
     backend_.matmul(h, w_.head, logits);
+    return logits;
+}
+
+Tensor DeepseekV4Model::mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache) {
+    int64_t n = static_cast<int64_t>(rows.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
+    float eps = cfg_.rms_norm_eps;
+    StepTensors st{rows};
+    st.n = n;
+    StepInputs in = upload_step_inputs(rows, cfg_.vocab_size, backend_);
+    st.ids = in.ids;
+    st.positions = in.positions;
+    Tensor e = backend_.empty(DType::kF32, {n, 1, D}), ep = backend_.empty(DType::kF32, {n, D});
+    backend_.embed(st.ids, w_.embed, 1, e);
+    e = e.reshape({n, D});
+    backend_.rms_norm(e, &mtp_->enorm, eps, e);
+    backend_.matmul(e, mtp_->e_proj, ep);
+    Tensor h = backend_.empty(DType::kF32, {n * hc, D});
+    backend_.rms_norm(streams.reshape({n * hc, D}), &mtp_->hnorm, eps, h);
+    st.streams = backend_.empty(DType::kF32, {n, hc, D});
+    Tensor projected = st.streams.reshape({n * hc, D});
+    backend_.matmul(h, mtp_->h_proj, projected);
+    // + e_proj(...) on every stream: the mHC update with post = 1 and comb = I.
+    Tensor post = Tensor::empty(DType::kF32, {n, hc}), comb = Tensor::zeros(DType::kF32, {n, hc, hc});
+    std::fill_n(post.data<float>(), post.numel(), 1.0f);
+    for (int64_t i = 0; i < n * hc; ++i) comb.data<float>()[i * hc + i % hc] = 1.0f;
+    backend_.hc_post(st.streams, ep, backend_.upload(post), backend_.upload(comb));
+    st.x = backend_.empty(DType::kF32, {n, D});
+    st.post = backend_.empty(DType::kF32, {n, hc});
+    st.comb = backend_.empty(DType::kF32, {n, hc, hc});
+    attention_block(cfg_.num_hidden_layers, st, cache);
+    ffn_block(cfg_.num_hidden_layers, st);
+    streams = st.streams;
+    Tensor x = backend_.empty(DType::kF32, {n, D});
+    backend_.hc_head(st.streams, mtp_->hc_head.fn, mtp_->hc_head.base, mtp_->hc_head.scale, mhc_params(), x);
+    backend_.rms_norm(x, &mtp_->norm, eps, x);
+    Tensor logits = backend_.empty(DType::kF32, {n, cfg_.vocab_size});
+    backend_.matmul(x, w_.head, logits);
     return logits;
 }
 
@@ -247,7 +286,7 @@ void DeepseekV4Model::ffn_block(int l, StepTensors& st) {
     open_site(st, lw.ffn_hc, lw.ffn_norm);
     Tensor y = backend_.empty(DType::kF32, {n, D});
     moe_feed_forward(backend_, cfg_, lw, cfg_.mlp_layer_types[l] == MlpType::kHashMoe, st.x, st.ids, y);
-    bool last = l + 1 == cfg_.num_hidden_layers;
+    bool last = l + 1 >= cfg_.num_hidden_layers;  // the backbone's last layer, or the MTP block after it
     close_site(st, y, last ? nullptr : &w_.layers[l + 1].attn_hc, last ? nullptr : &w_.layers[l + 1].attn_norm);
 }
 

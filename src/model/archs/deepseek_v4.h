@@ -4,6 +4,7 @@
 // indexer), hash and top-k MoE. One forward() serves prefill, chunked prefill and decode: it takes
 // any number of new tokens per sequence and continues from what the cache holds.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -15,7 +16,16 @@
 
 namespace deepinfer::model {
 
-class DeepseekV4Model final : public HybridCacheModel {
+// The MTP head of a V4 checkpoint (mtp.0): S = h_proj(hnorm(streams_t)) + e_proj(enorm(embed(x_{t+1})))
+// per stream, one sliding-window block, then hc_head, norm and the target's head predict x_{t+2};
+// the block's output streams feed the next draft step.
+struct MtpWeights {
+    Tensor e_proj, h_proj;        // [D, D]
+    Tensor enorm, hnorm, norm;    // [D]
+    MhcWeights hc_head;
+};
+
+class DeepseekV4Model final : public HybridCacheModel, public DraftModel {
 public:
     // Loads the checkpoint in `dir` onto `backend` (config.json + safetensors).
     DeepseekV4Model(const std::string& dir, kernels::Backend& backend);
@@ -31,6 +41,17 @@ public:
     bool rebuilds_windows() const override { return true; }
     int sliding_window() const override { return cfg_.sliding_window; }
     int exact_replay_tokens() const override { return cfg_.num_hidden_layers * (cfg_.sliding_window - 1) + 1; }
+    // Loaded with LoadOptions::draft from a checkpoint with an MTP head: the head drafts, as one
+    // more sliding-window layer of the cache (its window ring after the backbone's), fed with
+    // each step's last-layer streams.
+    DraftModel* draft_model() override { return mtp_ ? this : nullptr; }
+    const char* draft_kind() const override { return mtp_ ? "mtp" : ""; }
+    StepFeatures step_features() const override { return features_; }
+    std::vector<DraftProposal> draft(const StepFeatures& features, std::span<const DraftCommit> commits,
+                                     std::span<const DraftAnchor> anchors, int max_tokens, SequenceCache& cache) override;
+    // The MTP head over `rows` (token_ids = each position's next token): logits [n, V]; `streams`
+    // [n, hc, D] goes in (the target's, or the previous draft step's) and comes out as the block's.
+    Tensor mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache);
 
 private:
     static std::vector<kernels::SeqSlice> compressor_slices(const Batch& step);
@@ -46,8 +67,12 @@ private:
     void open_site(StepTensors& st, const MhcWeights& hc, const Tensor& norm);
     void close_site(StepTensors& st, const Tensor& y, const MhcWeights* next_hc, const Tensor* next_norm);
 
+    void load_mtp(const Checkpoint& ckpt, const WeightLoader& loader);
+
     DeepseekV4Config cfg_;
     V4Weights w_;
+    std::unique_ptr<MtpWeights> mtp_;  // its block is w_.layers.back(), layer num_hidden_layers
+    StepFeatures features_;
     kernels::Rope rope_main_, rope_compress_;
 };
 

@@ -43,7 +43,9 @@ public:
     int64_t max_position_embeddings() const override { return cfg_.base.max_position_embeddings; }
     // Loaded with LoadOptions::draft from a checkpoint with one (else null). While it is, every
     // step records its draft's taps: the residual entering each tap layer (mean of its streams).
-    DSparkDraft* dspark() override { return dspark_.get(); }
+    DSparkDraft* dspark() { return dspark_.get(); }
+    DraftModel* draft_model() override { return dspark_.get(); }
+    const char* draft_kind() const override { return dspark_ ? "dspark" : ""; }
     StepFeatures step_features() const override { return taps_; }
 
 private:

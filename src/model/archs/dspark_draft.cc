@@ -86,6 +86,21 @@ void DSparkDraft::allocate(int num_states) {
         rings_.push_back(backend_.zeros(DType::kF32, {num_states, cfg_.base.sliding_window, cfg_.base.head_dim}));
 }
 
+std::vector<DraftProposal> DSparkDraft::draft(const StepFeatures& features, std::span<const DraftCommit> commits,
+                                              std::span<const DraftAnchor> anchors, int max_tokens, SequenceCache&) {
+    std::vector<kernels::SeqSlice> seqs;
+    for (const DraftCommit& c : commits) seqs.push_back(c.rows);
+    commit(seqs, features.rows);
+    std::vector<DraftProposal> out = propose(anchors);
+    for (DraftProposal& p : out) {
+        size_t keep = std::min(p.tokens.size(), static_cast<size_t>(std::max(0, max_tokens)));
+        p.tokens.resize(keep);
+        p.confidence.resize(keep);
+        if (p.logits.size() > keep) p.logits.resize(keep);
+    }
+    return out;
+}
+
 void DSparkDraft::commit(std::span<const kernels::SeqSlice> seqs, const Tensor& taps) {
     const DeepseekV4Config& c = cfg_.base;
     int64_t n = taps.dim(0), D = c.hidden_size;
@@ -180,41 +195,10 @@ std::vector<DraftProposal> DSparkDraft::propose(std::span<const DraftAnchor> anc
         backend_.gather_rows(block.hidden, dev_rows, hidden);
         Tensor e = markov(logits, prev);
         std::vector<float> conf = confidence(hidden, e);
-        choose(anchors, k, logits, prev, out);
+        choose_draft_tokens(backend_, anchors, k, logits, prev, out);
         for (int64_t s = 0; s < S; ++s) out[s].confidence.push_back(conf[s]);
     }
     return out;
-}
-
-// Draft k of every anchor from its Markov-corrected logits [S, V] into `prev`; sampled anchors
-// keep the logits row they drew from.
-void DSparkDraft::choose(std::span<const DraftAnchor> anchors, int64_t k, const Tensor& logits,
-                         std::vector<int32_t>& prev, std::vector<DraftProposal>& out) {
-    int64_t S = static_cast<int64_t>(anchors.size()), V = cfg_.base.vocab_size;
-    std::vector<kernels::SampleRow> rows;
-    for (const DraftAnchor& a : anchors) {
-        kernels::SampleRow r = a.sampling;
-        r.position = a.position + 1 + k;
-        r.logprobs = -1, r.penalty_slot = -1, r.bias_count = 0;
-        rows.push_back(r);
-    }
-    Tensor ids = backend_.empty(DType::kI32, {S});
-    bool sampled = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.temperature > 0.0f && r.top_k != 1; });
-    if (sampled) {
-        kernels::SampleArgs args;
-        args.logits = logits;
-        args.rows = rows;
-        args.tokens = ids;
-        backend_.sample_rows(args);
-        std::vector<float> host(S * V);
-        backend_.download(logits, host.data());
-        for (int64_t s = 0; s < S; ++s)
-            if (rows[s].temperature > 0.0f && rows[s].top_k != 1) out[s].logits.emplace_back(host.begin() + s * V, host.begin() + (s + 1) * V);
-    } else {
-        backend_.argmax_rows(logits, ids);
-    }
-    backend_.download(ids, prev.data());
-    for (int64_t s = 0; s < S; ++s) out[s].tokens.push_back(prev[s]);
 }
 
 Tensor DSparkDraft::markov(Tensor& logits, std::span<const int32_t> prev) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/causal_lm.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v41_config.h"
 #include "model/deepseek_v4_weights.h"
@@ -26,33 +27,13 @@ struct DSparkWeights {
     float confidence_bias = 0.0f;
 };
 
-// One sequence's draft block: the anchor token at `position` (the first position the target has
-// no features for); context keys of positions [context_from, position) are in the rings.
-struct DraftAnchor {
-    int32_t state = 0;
-    int32_t token = 0;
-    int64_t position = 0;
-    int64_t context_from = 0;
-    // How draft tokens are chosen: greedy (temperature <= 0) takes each row's argmax, else a draw
-    // with these parameters at the draft's position (seed: the draft's own stream).
-    kernels::SampleRow sampling = {0.0f};
-};
-
 // The block forward's outputs for the T - 1 draft rows of each anchor, anchor-major.
 struct DraftBlock {
     Tensor base_logits;  // [S * (T - 1), V]: head(norm(hidden))
     Tensor hidden;       // [S * (T - 1), D]: pre-norm (what the confidence head reads)
 };
 
-// One anchor's draft, the confidence head's estimate for each token, and (sampled drafts only)
-// the Markov-corrected logits each token was drawn from (its distribution, for the rejection rule).
-struct DraftProposal {
-    std::vector<int32_t> tokens;
-    std::vector<double> confidence;
-    std::vector<std::vector<float>> logits;
-};
-
-class DSparkDraft {
+class DSparkDraft final : public DraftModel {
 public:
     // embed / head: the target's (the draft shares them).
     DSparkDraft(const DeepseekV41Config& cfg, Tensor embed, Tensor head, const WeightLoader& loader,
@@ -61,7 +42,10 @@ public:
     const DSparkConfig& config() const { return cfg_.dspark; }
     int drafts_per_block() const { return cfg_.dspark.block_size - 1; }
     // Context rings for `num_states` sequences (the target cache's state rows); drops what they held.
-    void allocate(int num_states);
+    void allocate(int num_states) override;
+    // commit() of the commits' rows, then propose() cut to max_tokens.
+    std::vector<DraftProposal> draft(const StepFeatures& features, std::span<const DraftCommit> commits,
+                                     std::span<const DraftAnchor> anchors, int max_tokens, SequenceCache& cache) override;
     int num_states() const { return num_states_; }
     // Context keys of committed tokens: slice s's rows of `taps` [N, taps * D] are the features of
     // its positions start_pos ... (only the last `sliding_window` of a sequence are kept).
@@ -76,8 +60,6 @@ public:
 
 private:
     struct Block;
-    void choose(std::span<const DraftAnchor> anchors, int64_t k, const Tensor& logits, std::vector<int32_t>& prev,
-                std::vector<DraftProposal>& out);
     void enter_site(const MhcWeights& site, const Tensor& norm, Block& b);
     void attention(int layer, Block& b);
     void feed_forward(int layer, Block& b);

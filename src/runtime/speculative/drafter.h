@@ -30,7 +30,7 @@ private:
     int ngram_min_, ngram_max_;
 };
 
-// Drafts from a draft model that the engine runs after every step (DSpark): the scheduler takes
+// Drafts from a draft model that the engine runs after every step (DSpark, MTP): the scheduler takes
 // them from Sequence::model_draft; this drafter proposes nothing on its own.
 class ModelDrafter final : public Drafter {
 public:

@@ -33,9 +33,8 @@ std::shared_ptr<const Drafter> make_drafter(const SpeculativeConfig& c) {
                  c.ngram_min, c.ngram_max);
         return std::make_unique<NgramDrafter>(c.ngram_min, c.ngram_max);
     }
-    if (c.method == "dspark") return std::make_unique<ModelDrafter>();
-    DI_CHECK(c.method != "mtp", "speculative: the '{}' drafter is not implemented yet (available: ngram, dspark)", c.method);
-    DI_CHECK(false, "speculative: unknown method '{}' (available: ngram, dspark, off)", c.method);
+    if (c.method == "dspark" || c.method == "mtp") return std::make_unique<ModelDrafter>();
+    DI_CHECK(false, "speculative: unknown method '{}' (available: ngram, dspark, mtp, off)", c.method);
     return nullptr;
 }
 
