@@ -28,11 +28,9 @@ protected:
     void SetUp() override {
         ref = make_reference_backend();
         if (GetParam() == "cuda") {
-            try {
-                cpu = std::make_unique<testing::MirrorBackend>(make_cuda_backend(0));
-            } catch (const Error& e) {
-                GTEST_SKIP() << e.what();
-            }
+            std::string why;
+            cpu = testing::mirrored_cuda_backend(why);
+            if (!cpu) GTEST_SKIP() << why;
             // fp32 accumulation in another order (cuBLAS, split-bf16 activations), fast-math exp.
             mm_tol = 1e-4;
             tol = 1e-4;

@@ -32,11 +32,9 @@ protected:
     void SetUp() override {
         ref = make_reference_backend();
         if (GetParam() == "cuda") {
-            try {
-                dev = std::make_unique<testing::MirrorBackend>(make_cuda_backend(0));
-            } catch (const Error& e) {
-                GTEST_SKIP() << e.what();
-            }
+            std::string why;
+            dev = testing::mirrored_cuda_backend(why);
+            if (!dev) GTEST_SKIP() << why;
         } else {
             dev = cpu::make_cpu_backend(2, detect_isa());
         }

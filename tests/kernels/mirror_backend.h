@@ -4,9 +4,12 @@
 // written for the CPU backend checks a GPU backend unchanged.
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace deepinfer::kernels::testing {
 
@@ -298,5 +301,16 @@ private:
 
     std::unique_ptr<Backend> dev_;
 };
+
+// The CUDA backend behind a mirror (host tensors in and out), or null with the reason in `why`
+// when there is no device (the tests skip then).
+inline std::unique_ptr<Backend> mirrored_cuda_backend(std::string& why) {
+    try {
+        return std::make_unique<MirrorBackend>(make_cuda_backend(0));
+    } catch (const Error& e) {
+        why = e.what();
+        return nullptr;
+    }
+}
 
 }  // namespace deepinfer::kernels::testing

@@ -234,7 +234,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         rows[e].push_back(token);
         wts[e].push_back(h_w[i]);
     }
-    if (all_bf16(experts) && !invariant_) {
+    if (all_bf16(experts)) {  // not invariant_: that returned above
         moe_experts_gemm(x, by_expert, static_cast<int>(top_k), experts, limit, out);
         return;
     }
