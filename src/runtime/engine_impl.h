@@ -121,6 +121,7 @@ private:
     void record_verification(size_t drafts, size_t kept);
     bool speculates(const GenerationRequest& r) const;
     void draft_with_model(const StepPlan& plan, const model::StepFeatures& features);
+    int draft_length(const StepPlan& plan) const;
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);

@@ -333,10 +333,16 @@ void EngineImpl::loop() {
         if (config_.scheduler.async_scheduling) next = plan_step(true);
         try {
             StepOutput out = wait_step();
-            step_cost_.record(inflight->num_tokens(), out.seconds);
+            auto host_start = std::chrono::steady_clock::now();
             commit(*inflight, out);
             record_prefixes(*inflight, true);
             if (draft_model_) draft_with_model(*inflight, out.features);  // the executor is idle until the next launch
+            // A step with drafts waits for this host work before the next one starts (no planning
+            // ahead): its verification and the next drafts are part of what the step costs.
+            bool drafted = std::any_of(inflight->chunks.begin(), inflight->chunks.end(),
+                                       [](const ScheduledChunk& c) { return c.seq->speculative; });
+            double host = drafted ? seconds_between(host_start, std::chrono::steady_clock::now()) : 0.0;
+            step_cost_.record(inflight->num_tokens(), out.seconds + host);
         } catch (const std::exception& e) {
             record_prefixes(*inflight, false);
             fail_everything(e.what());

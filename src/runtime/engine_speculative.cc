@@ -97,6 +97,22 @@ void EngineImpl::record_verification(size_t drafts, size_t kept) {
     if (trace_.enabled()) trace_.counter("drafts kept", static_cast<double>(kept));
 }
 
+// How many tokens the draft model proposes after `plan`: a draft step costs whether or not the
+// planner verifies its token, so under confidence scheduling one more than the longest draft
+// the plan verified (the planner's capacity of one step before, as DSpark schedules capacity from
+// old confidences), else num_draft_tokens.
+int EngineImpl::draft_length(const StepPlan& plan) const {
+    int most = config_.speculative.num_draft_tokens;
+    if (config_.speculative.verify != "confidence") return most;
+    size_t verified = 0;
+    bool drafted = false;
+    for (const ScheduledChunk& c : plan.chunks) {
+        verified = std::max(verified, c.draft.size());
+        drafted = drafted || c.seq->drafted_for == static_cast<int64_t>(c.start + 1);  // it had drafts to verify
+    }
+    return drafted ? std::min(most, static_cast<int>(verified) + 1) : most;
+}
+
 // A draft model (DSpark, MTP), after a step: the features of the positions each speculating
 // sequence just committed join the draft's context, then every sequence about to decode gets a
 // draft from its last token. A sequence whose context has a gap (admitted with a cached prefix,
@@ -138,8 +154,7 @@ void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeature
                            sample_row_of(p, s.seed ^ kDraftSeedSalt, 0)});
         drafting.push_back(&s);
     }
-    std::vector<model::DraftProposal> proposals =
-        draft_model_->draft(features, commits, anchors, config_.speculative.num_draft_tokens, *cache_);
+    std::vector<model::DraftProposal> proposals = draft_model_->draft(features, commits, anchors, draft_length(plan), *cache_);
     for (size_t k = 0; k < drafting.size(); ++k) {
         drafting[k]->model_draft = std::move(proposals[k].tokens);
         drafting[k]->model_confidence = std::move(proposals[k].confidence);
