@@ -11,8 +11,8 @@
 # scripts/ncu_kernel_table.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# The binaries and libraries may come packed (tar -cJf .devcache/pack/cuda_run.tar.xz build-cuda/bin/...
-# .devcache/lib) when they do not fit the machine's transfer limit unpacked.
+# The binaries and libraries may come packed (scripts/pack_cuda_run.sh BINARY...: only those a run
+# needs, since the working tree and the pack together must fit the machine's transfer limit).
 [ -d build-cuda/bin ] || [ ! -f .devcache/pack/cuda_run.tar.xz ] || tar -xJf .devcache/pack/cuda_run.tar.xz
 bin=build-cuda/bin
 export LD_LIBRARY_PATH="$PWD/.devcache/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
