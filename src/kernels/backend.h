@@ -375,8 +375,9 @@ public:
 
     // --- attention and cached state -------------------------------------------------------------
     virtual void attention(std::span<const SeqSlice> seqs, const AttentionArgs& args) = 0;
-    // Stores the new tokens' kv into the rings (the last ring_slots of them per sequence).
+    // DSpark draft blocks (BlockAttentionArgs).
     virtual void block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& args) = 0;
+    // Stores the new tokens' kv into the rings (the last ring_slots of them per sequence).
     virtual void ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) = 0;
     // The query heads' preparation (rms_norm without weight when `norm`, then forward rope when
     // `rope` is set), then attention(args), ring_write(args.kv into args.ring), then the inverse

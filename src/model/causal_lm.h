@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -158,14 +159,6 @@ public:
     virtual TransferTotals transfer_totals() const = 0;
 };
 
-// What a draft model reads of a target step, per row (DSpark: the residual entering its tap
-// layers, [n, taps * D]; MTP: the last layer's streams, [n, hc * D]) and the slices its rows
-// belong to (bounded replay keeps only a prompt's tail).
-struct StepFeatures {
-    Tensor rows;
-    std::vector<kernels::SeqSlice> seqs;
-};
-
 class CausalLm {
 public:
     virtual ~CausalLm() = default;
@@ -177,7 +170,7 @@ public:
     // The speculative draft model loaded with LoadOptions::draft (null: none), and what the last
     // step computed for it.
     virtual DraftModel* draft_model() { return nullptr; }
-    virtual const char* draft_kind() const { return ""; }  // "dspark", "mtp"
+    virtual std::string_view draft_kind() const { return ""; }  // "dspark", "mtp"
     virtual StepFeatures step_features() const { return {}; }
     // Sizing that fits `memory_bytes` for `max_seqs` concurrent sequences, with `ring_slack`
     // (CacheSizing) rows for positions a step may roll back.

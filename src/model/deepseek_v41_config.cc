@@ -115,8 +115,12 @@ void parse_dspark(const json& j, DeepseekV41Config& c) {
     d.num_experts_per_tok = value_or<int>(j, "dspark_num_experts_per_tok", d.num_experts_per_tok);
     DI_CHECK(d.num_layers >= 1, "config.json: dspark_* keys need num_nextn_predict_layers >= 1 draft layers");
     DI_CHECK(!d.target_layer_ids.empty(), "config.json: dspark_target_layer_ids is empty");
-    for (int l : d.target_layer_ids)
+    for (size_t i = 0; i < d.target_layer_ids.size(); ++i) {
+        int l = d.target_layer_ids[i];
         DI_CHECK(l >= 0 && l < c.base.num_hidden_layers, "config.json: DSpark target layer {} is not a layer", l);
+        DI_CHECK(std::count(d.target_layer_ids.begin(), d.target_layer_ids.begin() + i, l) == 0,
+                 "config.json: DSpark target layer {} is listed twice", l);
+    }
     DI_CHECK(d.block_size >= 2, "config.json: dspark_block_size must be at least 2 (an anchor and a draft)");
     DI_CHECK(d.noise_token_id >= 0 && d.noise_token_id < c.base.vocab_size,
              "config.json: dspark_noise_token_id {} is not a token", d.noise_token_id);

@@ -33,4 +33,31 @@ void choose_draft_tokens(kernels::Backend& backend, std::span<const DraftAnchor>
     for (int64_t s = 0; s < S; ++s) out[s].tokens.push_back(prev[s]);
 }
 
+std::vector<int32_t> last_rows(std::span<const kernels::SeqSlice> seqs, int keep,
+                               std::vector<kernels::SeqSlice>& renumbered) {
+    std::vector<int32_t> kept;
+    renumbered.clear();
+    for (const kernels::SeqSlice& sl : seqs) {
+        int32_t skip = std::max(0, sl.num_tokens - keep);
+        renumbered.push_back({static_cast<int32_t>(kept.size()), sl.num_tokens - skip, sl.start_pos + skip, sl.state_idx,
+                              sl.window_from});
+        for (int32_t t = skip; t < sl.num_tokens; ++t) kept.push_back(sl.token_begin + t);
+    }
+    return kept;
+}
+
+StepFeatures last_rows_of(kernels::Backend& backend, const Tensor& rows, std::span<const kernels::SeqSlice> seqs,
+                          int keep) {
+    StepFeatures out;
+    std::vector<int32_t> kept = last_rows(seqs, keep, out.seqs);
+    if (static_cast<int64_t>(kept.size()) == rows.dim(0)) return {rows, {seqs.begin(), seqs.end()}};
+    out.rows = backend.empty(rows.dtype(), {static_cast<int64_t>(kept.size()), rows.dim(1)});
+    if (!kept.empty()) {
+        Tensor idx = Tensor::empty(DType::kI32, {static_cast<int64_t>(kept.size())});
+        std::copy(kept.begin(), kept.end(), idx.data<int32_t>());
+        backend.gather_rows(rows, backend.upload(idx), out.rows);
+    }
+    return out;
+}
+
 }  // namespace deepinfer::model

@@ -10,8 +10,17 @@
 
 namespace deepinfer::model {
 
-struct StepFeatures;
 class SequenceCache;
+
+// What a draft model reads of a target step, per row (DSpark: the residual entering its tap
+// layers, [n, taps * D]; MTP: the last layer's streams, [n, hc * D]) and the slices its rows
+// belong to: only each slice's last positions a draft reads (its context window), and bounded
+// replay keeps only a prompt's tail.
+struct StepFeatures {
+    Tensor rows;
+    std::vector<kernels::SeqSlice> seqs;
+};
+
 
 // One sequence's newly committed positions: its rows of the step's features (token_begin,
 // num_tokens, start_pos, state_idx; window_from = where its draft context starts) and the token
@@ -47,6 +56,14 @@ struct DraftProposal {
 // the logits row they drew from.
 void choose_draft_tokens(kernels::Backend& backend, std::span<const DraftAnchor> anchors, int64_t k,
                          const Tensor& logits, std::vector<int32_t>& prev, std::vector<DraftProposal>& out);
+
+// The rows of the last `keep` positions of each slice, in order; `renumbered`: the slices over them.
+std::vector<int32_t> last_rows(std::span<const kernels::SeqSlice> seqs, int keep,
+                               std::vector<kernels::SeqSlice>& renumbered);
+// The rows of `rows` [n, width] in the last `keep` positions of each slice, with the slices
+// renumbered over them; `rows` and `seqs` as they are when nothing is dropped.
+StepFeatures last_rows_of(kernels::Backend& backend, const Tensor& rows, std::span<const kernels::SeqSlice> seqs,
+                          int keep);
 
 class DraftModel {
 public:

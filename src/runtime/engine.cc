@@ -107,7 +107,7 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
                                    {model::parse_weight_quant(mc.quantize), model::parse_precision(mc.precision), modelled});
     if (modelled) {
         draft_model_ = model_->draft_model();
-        DI_CHECK(draft_model_ != nullptr && (method == "dspark") == (model_->draft_kind() == "dspark"),
+        DI_CHECK(draft_model_ != nullptr && method == model_->draft_kind(),
                  "--speculative {}: the checkpoint in {} has no {} (DSpark: a deepseek_v41 config.json with dspark_* keys "
                  "and mtp.* tensors; MTP: a deepseek_v4 checkpoint with an mtp.0 head)",
                  method, mc.path, method == "dspark" ? "DSpark draft model" : "MTP head");

@@ -84,9 +84,9 @@ void EngineImpl::launch(const StepPlan& plan) {
         batch.seqs.back().num_tokens += static_cast<int32_t>(c.draft.size());
         batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
-        bool raw = drafts_have_distribution(c);
+        bool raw = drafts_have_distribution(c);  // the rule reads the rows of the drafts' positions
         for (int64_t r = c.sample_rows(); r > 0; --r) {  // a verified chunk samples after every position
-            if (raw) job.raw_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
+            if (raw && r > 1) job.raw_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
             batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count - r));
             add_sample_row(*s, job, c.sample_rows() - r);
         }
@@ -185,7 +185,7 @@ void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
         s->inflight = 0;
         s->awaiting_sample = false;
         if (!c.draft.empty()) {
-            size_t rows = drafts_have_distribution(c) ? static_cast<size_t>(c.sample_rows()) : 0;
+            size_t rows = drafts_have_distribution(c) ? c.draft.size() : 0;
             commit_verified(c, sampled[row++], std::span(step.raw_logits).subspan(raw, rows), detokenize_us);
             raw += rows;
             continue;

@@ -49,9 +49,11 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
     }
 }
 
+// Deterministic requests keep the point-mass rule: which positions a verification covers depends
+// on the batch (token budget, planner), and under the general rule so would their tokens.
 bool EngineImpl::drafts_have_distribution(const ScheduledChunk& c) const {
     const Sequence& s = *c.seq;
-    return !c.draft.empty() && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
+    return !c.draft.empty() && !s.deterministic && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
            s.model_draft_logits.size() >= c.draft.size();
 }
 
@@ -129,7 +131,8 @@ void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeature
         }
         const kernels::SeqSlice& f = features.seqs[i];
         int64_t begin = std::max(c.start, f.start_pos), end = std::min(s.num_computed, f.start_pos + f.num_tokens);
-        if (f.start_pos > c.start)  // bounded replay computed only the prompt's tail
+        // Features of a chunk's last positions only (the draft's window; bounded replay's tail).
+        if (f.start_pos > c.start)
             s.draft_context_from = std::max(s.draft_context_from, std::min(f.start_pos, s.num_computed));
         s.draft_context_end = s.num_computed;
         if (end <= begin || end >= static_cast<int64_t>(s.tokens.size())) continue;

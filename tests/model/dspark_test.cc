@@ -71,10 +71,14 @@ void expect_draft_parity(kernels::Backend& backend, const std::string& what) {
         step.append(d.f.ids, done, static_cast<int32_t>(P - done), state);
         cache->describe(step);
         m.forward(step, *cache);
-        model::StepFeatures taps = m.step_features();
+        model::StepFeatures taps = m.step_features();  // the step's last window of positions
+        const kernels::SeqSlice& kept = taps.seqs.at(0);
+        EXPECT_EQ(kept.start_pos + kept.num_tokens, P);
+        EXPECT_EQ(kept.num_tokens, std::min<int64_t>(P - done, m.config().base.sliding_window));
         Tensor got_taps = download(backend, taps.rows);
-        EXPECT_LE(relative_diff(got_taps.data<float>(), d.taps.data<float>() + done * width, (P - done) * width), 1e-4)
-            << what << ": taps of positions " << done << ".." << P - 1;
+        EXPECT_LE(relative_diff(got_taps.data<float>(), d.taps.data<float>() + kept.start_pos * width, kept.num_tokens * width),
+                  1e-4)
+            << what << ": taps of positions " << kept.start_pos << ".." << P - 1;
         draft->commit(taps.seqs, taps.rows);
         done = P;
 

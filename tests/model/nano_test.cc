@@ -136,28 +136,36 @@ TEST(DeepinferNano, MtpHeadAccuracyEqualsHf) {
                              {.draft = true});
     ASSERT_NE(m.draft_model(), nullptr);
     int64_t n = ids.dim(0), len = ids.dim(1) - 1, vocab = m.config().vocab_size, hits = 0, total = 0;
+    // In chunks of one window, as the engine commits (a step's features cover its last window).
+    const int64_t chunk = m.config().sliding_window;
     for (int64_t s = 0; s < n; ++s) {
         const int64_t* row = ids.data<int64_t>() + s * (len + 1);
         std::vector<int32_t> x(row, row + len);
         auto cache = m.make_cache(m.plan_cache_for_tokens(1, len));
         int state = cache->try_add_sequence();
         ASSERT_TRUE(state >= 0 && cache->reserve(state, len));
-        model::Batch step;
-        step.append(x, 0, static_cast<int32_t>(len), state);
-        cache->describe(step);
-        m.forward(step, *cache);
-        model::StepFeatures f = m.step_features();
-        model::Batch heads;  // positions 0 .. len - 2, each with the token after it
-        heads.append(x, 1, static_cast<int32_t>(len - 1), state);
-        heads.seqs.back().start_pos = 0;
-        Tensor streams = f.rows.rows(0, len - 1).reshape({len - 1, m.config().hc_mult, m.config().hidden_size});
-        Tensor logits = m.mtp_forward(heads, streams, dynamic_cast<model::HybridCache&>(*cache));
-        std::vector<float> host((len - 1) * vocab);
-        backend->download(logits, host.data());
-        for (int64_t t = 0; t + 1 < len; ++t) {
-            const float* l = host.data() + t * vocab;
-            hits += std::max_element(l, l + vocab) - l == row[t + 2];
-            ++total;
+        for (int64_t at = 0; at < len; at += chunk) {
+            int32_t count = static_cast<int32_t>(std::min(chunk, len - at));
+            model::Batch step;
+            step.append(x, at, count, state);
+            cache->describe(step);
+            m.forward(step, *cache);
+            model::StepFeatures f = m.step_features();
+            ASSERT_EQ(f.seqs.at(0).num_tokens, count);
+            int32_t heads_count = static_cast<int32_t>(std::min<int64_t>(count, len - 1 - at));  // each with the token after it
+            if (heads_count <= 0) break;
+            model::Batch heads;
+            heads.append(x, at + 1, heads_count, state);
+            heads.seqs.back().start_pos = at;
+            Tensor streams = f.rows.rows(0, heads_count).reshape({heads_count, m.config().hc_mult, m.config().hidden_size});
+            Tensor logits = m.mtp_forward(heads, streams, dynamic_cast<model::HybridCache&>(*cache));
+            std::vector<float> host(static_cast<size_t>(heads_count) * vocab);
+            backend->download(logits, host.data());
+            for (int64_t t = 0; t < heads_count; ++t) {
+                const float* l = host.data() + t * vocab;
+                hits += std::max_element(l, l + vocab) - l == row[at + t + 2];
+                ++total;
+            }
         }
     }
     double accuracy = static_cast<double>(hits) / static_cast<double>(total);

@@ -152,6 +152,9 @@ void CudaBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAtt
     DI_CUDA_OP("block_attention");
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda block attention: head_dim " + std::to_string(d) + " is above 512");
+    DI_CUDA_REQUIRE(a.ring.dtype() == DType::kF32, "cuda block attention: the ring must be fp32");
+    for (const SeqSlice& s : seqs)
+        DI_CUDA_REQUIRE(s.start_pos - s.window_from <= a.ring.dim(1), "cuda block attention: context longer than the ring");
     int n = total_tokens(seqs);
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, nullptr);

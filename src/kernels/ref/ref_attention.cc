@@ -66,7 +66,9 @@ void RefBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& 
 
 void RefBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
     int64_t heads = a.q.dim(1), d = a.q.dim(2), slots = a.ring.dim(1);
+    DI_CHECK(a.ring.dtype() == DType::kF32, "block attention: the ring must be fp32");
     for (const SeqSlice& sl : seqs) {
+        DI_CHECK(sl.start_pos - sl.window_from <= slots, "block attention: context longer than the ring");
         std::vector<const float*> keys;
         for (int64_t p = sl.window_from; p < sl.start_pos; ++p)
             keys.push_back(a.ring.data<float>() + (sl.state_idx * slots + p % slots) * d);

@@ -108,7 +108,7 @@ Tensor DeepseekV4Model::forward_described(const Batch& step, HybridCache& cache)
         attention_block(l, st, cache);
         ffn_block(l, st);
     }
-    if (mtp_) features_ = {st.streams.reshape({n, hc * D}), step.seqs};
+    if (mtp_) features_ = last_rows_of(backend_, st.streams.reshape({n, hc * D}), step.seqs, cfg_.sliding_window);
     int64_t r = static_cast<int64_t>(step.logit_rows.size());
     if (r == 0) return backend_.empty(DType::kF32, {0, cfg_.vocab_size});
     // Decode steps want every row in order: no gather.

@@ -45,7 +45,7 @@ public:
     // more sliding-window layer of the cache (its window ring after the backbone's), fed with
     // each step's last-layer streams.
     DraftModel* draft_model() override { return mtp_ ? this : nullptr; }
-    const char* draft_kind() const override { return mtp_ ? "mtp" : ""; }
+    std::string_view draft_kind() const override { return mtp_ ? "mtp" : ""; }
     StepFeatures step_features() const override { return features_; }
     std::vector<DraftProposal> draft(const StepFeatures& features, std::span<const DraftCommit> commits,
                                      std::span<const DraftAnchor> anchors, int max_tokens, SequenceCache& cache) override;

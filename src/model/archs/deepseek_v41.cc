@@ -305,24 +305,27 @@ void DeepseekV41Model::record_tap(int l, StepState& st) {
 }
 
 // The taps in the config's order, each row's side by side: stacked tap-major, then gathered
-// row-major ([taps * n, D] read as [n, taps * D]).
+// row-major ([taps * n, D] read as [n, taps * D]), for each slice's last `sliding_window` rows
+// only (the draft's context holds no more).
 void DeepseekV41Model::finish_taps(StepState& st) {
     if (!dspark_) return;
     const std::vector<int>& layers = cfg_.dspark.target_layer_ids;
     int64_t k = static_cast<int64_t>(layers.size()), n = st.n, D = cfg_.base.hidden_size;
     Tensor stacked = backend_.empty(DType::kF32, {k * n, D});
-    std::vector<int32_t> order;
     for (int64_t j = 0; j < k; ++j) {
         // st.taps follows layer order; the config may list the layers in another.
         int64_t passed = std::count_if(layers.begin(), layers.end(), [&](int l) { return l < layers[j]; });
         Tensor dst = stacked.rows(j * n, (j + 1) * n);
         backend_.copy(st.taps[passed], dst);
     }
-    for (int64_t r = 0; r < n; ++r)
+    std::vector<kernels::SeqSlice> seqs;
+    std::vector<int32_t> order;
+    for (int32_t r : last_rows(st.seqs, cfg_.base.sliding_window, seqs))
         for (int64_t j = 0; j < k; ++j) order.push_back(static_cast<int32_t>(j * n + r));
-    Tensor rows = backend_.empty(DType::kF32, {k * n, D});
-    if (n > 0) backend_.gather_rows(stacked, upload_i32(order, backend_), rows);
-    taps_ = {rows.reshape({n, k * D}), st.seqs};
+    int64_t m = static_cast<int64_t>(order.size()) / std::max<int64_t>(k, 1);
+    Tensor rows = backend_.empty(DType::kF32, {k * m, D});
+    if (m > 0) backend_.gather_rows(stacked, upload_i32(order, backend_), rows);
+    taps_ = {rows.reshape({m, k * D}), std::move(seqs)};
 }
 
 void DeepseekV41Model::enter_site(const MhcWeights& site, const Tensor& norm, StepState& st) {

@@ -45,7 +45,7 @@ public:
     // step records its draft's taps: the residual entering each tap layer (mean of its streams).
     DSparkDraft* dspark() { return dspark_.get(); }
     DraftModel* draft_model() override { return dspark_.get(); }
-    const char* draft_kind() const override { return dspark_ ? "dspark" : ""; }
+    std::string_view draft_kind() const override { return dspark_ ? "dspark" : ""; }
     StepFeatures step_features() const override { return taps_; }
 
 private:

@@ -6,7 +6,9 @@
 // u < p(x) / q(x); the first one that is not is replaced by a draw from max(p - q, 0),
 // renormalised. So every emitted token follows p, whatever q is; the more q resembles p, the
 // more drafts are kept. u and the replacement draw are keyed by (seed, position) on lanes of
-// their own, so a request's tokens never depend on its neighbours in the batch.
+// their own; but which positions one verification covers depends on the batch (token budget,
+// planner), so a request's tokens can change with load while their distribution does not
+// (deterministic requests keep the point-mass rule).
 #include <cstdint>
 #include <span>
 #include <vector>
