@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/archs/step_inputs.h"
+
 namespace deepinfer::model {
 
 void choose_draft_tokens(kernels::Backend& backend, std::span<const DraftAnchor> anchors, int64_t k,
@@ -15,7 +17,8 @@ void choose_draft_tokens(kernels::Backend& backend, std::span<const DraftAnchor>
         rows.push_back(r);
     }
     Tensor ids = backend.empty(DType::kI32, {S});
-    bool sampled = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.temperature > 0.0f && r.top_k != 1; });
+    auto drawn = [](const kernels::SampleRow& r) { return r.temperature > 0.0f && r.top_k != 1; };  // else greedy
+    bool sampled = std::any_of(rows.begin(), rows.end(), drawn);
     if (sampled) {
         kernels::SampleArgs args;
         args.logits = logits;
@@ -25,7 +28,7 @@ void choose_draft_tokens(kernels::Backend& backend, std::span<const DraftAnchor>
         std::vector<float> host(S * V);
         backend.download(logits, host.data());
         for (int64_t s = 0; s < S; ++s)
-            if (rows[s].temperature > 0.0f && rows[s].top_k != 1) out[s].logits.emplace_back(host.begin() + s * V, host.begin() + (s + 1) * V);
+            if (drawn(rows[s])) out[s].logits.emplace_back(host.begin() + s * V, host.begin() + (s + 1) * V);
     } else {
         backend.argmax_rows(logits, ids);
     }
@@ -52,11 +55,7 @@ StepFeatures last_rows_of(kernels::Backend& backend, const Tensor& rows, std::sp
     std::vector<int32_t> kept = last_rows(seqs, keep, out.seqs);
     if (static_cast<int64_t>(kept.size()) == rows.dim(0)) return {rows, {seqs.begin(), seqs.end()}};
     out.rows = backend.empty(rows.dtype(), {static_cast<int64_t>(kept.size()), rows.dim(1)});
-    if (!kept.empty()) {
-        Tensor idx = Tensor::empty(DType::kI32, {static_cast<int64_t>(kept.size())});
-        std::copy(kept.begin(), kept.end(), idx.data<int32_t>());
-        backend.gather_rows(rows, backend.upload(idx), out.rows);
-    }
+    if (!kept.empty()) backend.gather_rows(rows, upload_i32(kept, backend), out.rows);
     return out;
 }
 

@@ -76,10 +76,7 @@ StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_pt
     StepOutput out;
     if (!job.rows.empty()) sample(logits, job, out);
     if (masks) download_late_rows(logits, *masks, late, out);
-    for (int32_t r : job.raw_rows) {  // a draft distribution's verification reads the target's whole rows
-        std::vector<float>& row = out.raw_logits.emplace_back(static_cast<size_t>(logits.dim(-1)));
-        model_.backend().download(logits.rows(r, r + 1), row.data());
-    }
+    out.raw_logits = download_rows(logits, job.raw_rows);  // a draft distribution's verification reads whole rows
     out.masks = std::move(masks);
     if (model_.draft_model() != nullptr) out.features = model_.step_features();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -89,18 +86,27 @@ StepOutput StepExecutor::run(model::Batch& batch, SampleJob& job, std::shared_pt
 // The unmasked logits of each late grammar row.
 void StepExecutor::download_late_rows(const Tensor& logits, const StepMasks& masks, const std::vector<int32_t>& late,
                                       StepOutput& out) {
-    kernels::Backend& backend = model_.backend();
-    int64_t vocab = logits.dim(-1);
+    std::vector<int32_t> rows;
+    for (int32_t i : late) rows.push_back(masks.logit_row(i));
+    std::vector<std::vector<float>> got = download_rows(logits, rows);
     out.late_logits.resize(masks.size());
-    for (int32_t i : late) {
-        std::vector<float>& row = out.late_logits[i];
-        row.resize(static_cast<size_t>(vocab));
-        Tensor one = Tensor::empty(DType::kI32, {1});
-        one.data<int32_t>()[0] = masks.logit_row(i);
-        Tensor gathered = backend.empty(DType::kF32, {1, vocab});
-        backend.gather_rows(logits, backend.upload(one), gathered);
-        backend.download(gathered, row.data());
-    }
+    for (size_t k = 0; k < late.size(); ++k) out.late_logits[late[k]] = std::move(got[k]);
+}
+
+// Rows `rows` of `logits` [R, vocab] on the host: one gather and one download for all of them.
+std::vector<std::vector<float>> StepExecutor::download_rows(const Tensor& logits, std::span<const int32_t> rows) {
+    std::vector<std::vector<float>> out;
+    if (rows.empty()) return out;
+    kernels::Backend& backend = model_.backend();
+    int64_t n = static_cast<int64_t>(rows.size()), vocab = logits.dim(-1);
+    Tensor index = Tensor::empty(DType::kI32, {n});
+    std::copy(rows.begin(), rows.end(), index.data<int32_t>());
+    Tensor gathered = backend.empty(DType::kF32, {n, vocab});
+    backend.gather_rows(logits, backend.upload(index), gathered);
+    std::vector<float> host(static_cast<size_t>(n * vocab));
+    backend.download(gathered, host.data());
+    for (int64_t r = 0; r < n; ++r) out.emplace_back(host.begin() + r * vocab, host.begin() + (r + 1) * vocab);
+    return out;
 }
 
 // Samples every logit row on the backend; only the tokens (and asked-for logprobs) come back.

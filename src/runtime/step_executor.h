@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,7 @@ private:
     std::vector<int32_t> apply_masks(Tensor& logits, StepMasks& masks);
     void sample(const Tensor& logits, const SampleJob& job, StepOutput& out);
     void download_late_rows(const Tensor& logits, const StepMasks& masks, const std::vector<int32_t>& late, StepOutput& out);
+    std::vector<std::vector<float>> download_rows(const Tensor& logits, std::span<const int32_t> rows);
 
     model::CausalLm& model_;
     model::SequenceCache& cache_;

@@ -36,6 +36,7 @@ struct DeepseekV41Model::StepState {
     std::vector<int64_t> engram_rows;  // [N of the step, Engram layers, columns] table rows
     std::vector<int32_t> origin;       // current row -> row of the step (replay drops rows)
     std::vector<Tensor> taps;          // DSpark: [N, D] per tap layer passed so far
+    Tensor tap_mean;                   // DSpark: [N, hc] of 1 / hc, the collapse that averages the streams
 };
 
 // A source layer's projections of the collapsed input x (and the indexer's queries from q_a),
@@ -297,10 +298,13 @@ void DeepseekV41Model::record_tap(int l, StepState& st) {
     const std::vector<int>& taps = cfg_.dspark.target_layer_ids;
     if (!dspark_ || std::find(taps.begin(), taps.end(), l) == taps.end()) return;
     int64_t hc = cfg_.base.hc_mult;
-    Tensor mean = Tensor::empty(DType::kF32, {st.n, hc});
-    std::fill_n(mean.data<float>(), mean.numel(), 1.0f / static_cast<float>(hc));
+    if (!st.tap_mean.defined() || st.tap_mean.dim(0) != st.n) {  // once per step (again after replay drops rows)
+        Tensor mean = Tensor::empty(DType::kF32, {st.n, hc});
+        std::fill_n(mean.data<float>(), mean.numel(), 1.0f / static_cast<float>(hc));
+        st.tap_mean = backend_.upload(mean);
+    }
     Tensor tap = backend_.empty(DType::kF32, {st.n, cfg_.base.hidden_size});
-    backend_.hc_collapse(st.streams, backend_.upload(mean), tap);
+    backend_.hc_collapse(st.streams, st.tap_mean, tap);
     st.taps.push_back(tap);
 }
 
