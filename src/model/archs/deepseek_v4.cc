@@ -50,7 +50,7 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config cfg, const Checkpoint& ckpt, B
     rope_compress_ = make_rope(cfg_.rope_compress, cfg_.rope_dim, backend_);
     cache_layout_ = v4_cache_layout(cfg_);
     cache_layout_.kv_dtype = kv_cache_dtype(options.precision, backend_);
-    if (options.draft) load_mtp(ckpt, loader);
+    if (options.draft) load_mtp(loader);
 }
 
 CacheLayout v4_cache_layout(const DeepseekV4Config& c) {

@@ -67,7 +67,7 @@ private:
     void open_site(StepTensors& st, const MhcWeights& hc, const Tensor& norm);
     void close_site(StepTensors& st, const Tensor& y, const MhcWeights* next_hc, const Tensor* next_norm);
 
-    void load_mtp(const Checkpoint& ckpt, const WeightLoader& loader);
+    void load_mtp(const WeightLoader& loader);
 
     DeepseekV4Config cfg_;
     V4Weights w_;

@@ -12,7 +12,7 @@ namespace deepinfer::model {
 
 // Release spelling (mtp.0.attn.wq_a.weight, mtp.0.hc_head_fn) or the HF-module spelling of our
 // bundled model's trainer (mtp.0.block.self_attn.q_a_proj.weight, mtp.0.hc_head.hc_fn).
-void DeepseekV4Model::load_mtp(const Checkpoint& ckpt, const WeightLoader& loader) {
+void DeepseekV4Model::load_mtp(const WeightLoader& loader) {
     if (!loader.has({"mtp.0.e_proj.weight"})) return;
     int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
     DeepseekV4Config block_cfg = cfg_;
@@ -36,7 +36,6 @@ void DeepseekV4Model::load_mtp(const Checkpoint& ckpt, const WeightLoader& loade
     cfg_.mlp_layer_types.push_back(MlpType::kMoe);
     cache_layout_.layers.push_back({});  // its window ring
     mtp_ = std::move(mtp);
-    (void)ckpt;
 }
 
 std::vector<DraftProposal> DeepseekV4Model::draft(const StepFeatures& features, std::span<const DraftCommit> commits,

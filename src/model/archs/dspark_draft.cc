@@ -91,14 +91,7 @@ std::vector<DraftProposal> DSparkDraft::draft(const StepFeatures& features, std:
     std::vector<kernels::SeqSlice> seqs;
     for (const DraftCommit& c : commits) seqs.push_back(c.rows);
     commit(seqs, features.rows);
-    std::vector<DraftProposal> out = propose(anchors);
-    for (DraftProposal& p : out) {
-        size_t keep = std::min(p.tokens.size(), static_cast<size_t>(std::max(0, max_tokens)));
-        p.tokens.resize(keep);
-        p.confidence.resize(keep);
-        if (p.logits.size() > keep) p.logits.resize(keep);
-    }
-    return out;
+    return propose(anchors, max_tokens);
 }
 
 void DSparkDraft::commit(std::span<const kernels::SeqSlice> seqs, const Tensor& taps) {
@@ -178,10 +171,10 @@ DraftBlock DSparkDraft::forward(std::span<const DraftAnchor> anchors) {
     return out;
 }
 
-std::vector<DraftProposal> DSparkDraft::propose(std::span<const DraftAnchor> anchors) {
-    int64_t S = static_cast<int64_t>(anchors.size()), T1 = drafts_per_block();
+std::vector<DraftProposal> DSparkDraft::propose(std::span<const DraftAnchor> anchors, int max_tokens) {
+    int64_t S = static_cast<int64_t>(anchors.size()), T1 = std::min<int64_t>(drafts_per_block(), max_tokens);
     std::vector<DraftProposal> out(S);
-    if (S == 0) return out;
+    if (S == 0 || T1 <= 0) return out;
     DraftBlock block = forward(anchors);
     std::vector<int32_t> prev;
     for (const DraftAnchor& a : anchors) prev.push_back(a.token);

@@ -43,7 +43,7 @@ public:
     int drafts_per_block() const { return cfg_.dspark.block_size - 1; }
     // Context rings for `num_states` sequences (the target cache's state rows); drops what they held.
     void allocate(int num_states) override;
-    // commit() of the commits' rows, then propose() cut to max_tokens.
+    // commit() of the commits' rows, then propose().
     std::vector<DraftProposal> draft(const StepFeatures& features, std::span<const DraftCommit> commits,
                                      std::span<const DraftAnchor> anchors, int max_tokens, SequenceCache& cache) override;
     int num_states() const { return num_states_; }
@@ -51,8 +51,9 @@ public:
     // its positions start_pos ... (only the last `sliding_window` of a sequence are kept).
     void commit(std::span<const kernels::SeqSlice> seqs, const Tensor& taps);
     DraftBlock forward(std::span<const DraftAnchor> anchors);
-    // forward(), then the Markov head left to right, each token chosen as its anchor's sampling says.
-    std::vector<DraftProposal> propose(std::span<const DraftAnchor> anchors);
+    // forward(), then the Markov head left to right for up to max_tokens tokens, each chosen as its
+    // anchor's sampling says.
+    std::vector<DraftProposal> propose(std::span<const DraftAnchor> anchors, int max_tokens);
     // Markov correction: logits [S, V] += W2 · W1[prev] in place; returns W1[prev] [S, rank].
     Tensor markov(Tensor& logits, std::span<const int32_t> prev);
     // sigmoid(w · [hidden ; W1[prev]] + b) per row, from markov()'s W1[prev].
