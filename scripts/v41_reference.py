@@ -127,7 +127,8 @@ def round_e2m1(q):
     for i, b in enumerate(E2M1_BOUNDS):
         ties_up = i % 2 == 1  # the upper neighbour's code is even
         codes += (mag >= b) if ties_up else (mag > b)
-    return torch.where(torch.signbit(q), -E2M1[codes], E2M1[codes])
+    grid = E2M1.to(q.device)
+    return torch.where(torch.signbit(q), -grid[codes], grid[codes])
 
 
 def fake_fp8(x, block=32):

@@ -1,0 +1,470 @@
+"""Batched, trainable DeepSeek-V4.1 with its DSpark draft, for training deepinfer-mini.
+
+The math is v41_reference.py's (the target) and dspark_reference.py's (the draft), computed over a
+batch [B, T] and with straight-through fake quantisation, so that what is trained is what the
+release layout stores and the engine computes:
+  * weights: FP8 e4m3 with a power-of-two scale per 32 x 32 block for the dense linears the
+    release stores in FP8, MXFP4 (e2m1, power-of-two scale per 32 inputs) for routed experts;
+  * activations: V4.1's QAT rounding (window KV FP8, compressed entries FP4 with e4m3 scales,
+    indexer queries and keys FP4);
+the backward pass treats every rounding as the identity. Where the references break top-k ties
+to the lower index this uses torch.topk (a trained model has no exact ties in practice). Routed
+experts run densely (every expert on every token, weighted by the router's sparse combine
+weights): identical results, no host synchronisation, and cheap at this size.
+
+The indexers are trained as DeepSeek's sparse attention trains them: a KL term pulls the softmax
+of the index scores over the selected entries towards the attention the heads paid them (inputs
+detached, so only the indexer learns from it). Router biases are not learned by gradient; they
+follow the auxiliary-loss-free balancing rule (see `balance`).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import dspark_reference as dspark
+import v41_reference as v41
+
+EXPERT_NAMES = ("w1", "w2", "w3")
+
+
+def ste(x, q):
+    return x + (q - x).detach()
+
+
+def fake_fp8_weight(w):
+    r, c = w.shape[-2], w.shape[-1]
+    b = w.reshape(-1, r // 32, 32, c // 32, 32)
+    scale = v41.pow2_ceil(b.abs().amax(dim=(2, 4), keepdim=True).clamp_min(1e-4) / 448.0)
+    return (v41.round_e4m3((b / scale).clamp(-448, 448)) * scale).reshape(w.shape)
+
+
+def fake_mxfp4_weight(w):
+    b = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    scale = v41.pow2_ceil(b.abs().amax(-1, keepdim=True).clamp_min(6.0 * 2.0 ** -126) / 6.0)
+    return (v41.round_e2m1((b / scale).clamp(-6, 6)) * scale).reshape(w.shape)
+
+
+def rope_bt(x, cos, sin, inverse=False):
+    """Interleaved RoPE on the trailing channels; cos/sin [T, rd/2] index dim 1 of x."""
+    rd = cos.shape[-1] * 2
+    shape = [1, cos.shape[0]] + [1] * (x.dim() - 3) + [rd // 2]
+    c, s = cos.view(shape), sin.view(shape)
+    if inverse:
+        s = -s
+    nope, r = x[..., :-rd], x[..., -rd:]
+    even, odd = r[..., 0::2], r[..., 1::2]
+    rotated = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
+    return torch.cat([nope, rotated], dim=-1)
+
+
+def rope_table(inv_fac, positions):
+    inv, fac = inv_fac
+    angles = positions.double()[:, None] * inv.double().to(positions.device)[None, :]
+    return (angles.cos() * fac).float(), (angles.sin() * fac).float()
+
+
+def rms(x, weight, eps):
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+def mixes(streams, fn, base, scale, c):
+    hc = c["hc_mult"]
+    flat = rms(streams.flatten(-2), None, c["rms_norm_eps"])
+    m = (flat @ fn.t()).float()
+    pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + c["hc_eps"]
+    post = 2 * torch.sigmoid(m[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
+    comb = (m[..., 2 * hc:] * scale[2] + base[2 * hc:]).view(*m.shape[:-1], hc, hc)
+    comb = torch.softmax(comb, dim=-1) + c["hc_eps"]
+    comb = comb / (comb.sum(dim=-2, keepdim=True) + c["hc_eps"])
+    for _ in range(c["hc_sinkhorn_iters"] - 1):
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + c["hc_eps"])
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + c["hc_eps"])
+    return pre, post, comb
+
+
+def collapse(streams, pre):
+    return (pre.unsqueeze(-1) * streams).sum(-2)
+
+
+def expand(y, streams, post, comb):
+    return post.unsqueeze(-1) * y.unsqueeze(-2) + torch.einsum("...jk,...jd->...kd", comb, streams)
+
+
+def init_value(name, shape, gen):
+    if name.endswith("norm.weight") or name.endswith("q_weight") or name.endswith("k_weight"):
+        return torch.ones(shape)
+    if name.endswith(("attn_sink", "gate.bias", "bias_vl", "confidence_head.proj.weight", "confidence_head.proj.bias")):
+        return torch.zeros(shape)
+    if name.endswith("_scale"):
+        return torch.ones(shape)
+    if name.endswith("_base"):
+        base = torch.zeros(shape)
+        hc = int(round((-2 + math.sqrt(4 + 4 * shape[0])) / 2))
+        base[2 * hc:] = torch.eye(hc).flatten()  # comb starts near the identity: streams stay apart
+        return base
+    if name.endswith("_fn"):
+        return 1e-3 * torch.randn(shape, generator=gen)
+    return 0.02 * torch.randn(shape, generator=gen)
+
+
+class MiniV41(torch.nn.Module):
+    """Parameters keyed by checkpoint name ('.' -> '__'); routed experts stacked per layer."""
+
+    def __init__(self, c, gen, token_map=None):
+        super().__init__()
+        self.c = c
+        self.quantize_weights = True
+        shapes = dict(v41.tensor_shapes(c), **dspark.draft_tensor_shapes(c))
+        self.expert_counts = {}
+        for name, (shape, _dtype) in shapes.items():
+            if ".ffn.experts." in name:
+                pfx, rest = name.split(".ffn.experts.")
+                e, wname = rest.split(".")[0], rest.split(".")[1]
+                key = f"{pfx}.ffn.experts.{wname}.weight"
+                self.expert_counts[pfx] = max(self.expert_counts.get(pfx, 0), int(e) + 1)
+                continue
+            self.add(name, init_value(name, shape, gen), trainable=not name.endswith(("gate.bias", "bias_vl")))
+        for pfx, E in self.expert_counts.items():
+            for wname in EXPERT_NAMES:
+                shape = shapes[f"{pfx}.ffn.experts.0.{wname}.weight"][0]
+                self.add(f"{pfx}.ffn.experts.{wname}.weight", 0.02 * torch.randn([E] + shape, generator=gen))
+        rp = c["rope_parameters"]
+        self.ropes = {k: v41.yarn_inv_freq(rp[k], c["qk_rope_head_dim"]) for k in ("main", "compress")}
+        if c.get("engram_layer_ids"):
+            self.register_buffer("token_map", torch.tensor(token_map, dtype=torch.long))
+            primes = v41.engram_primes(c)
+            self.engram_primes = primes
+            self.engram_mults = v41.engram_multipliers(c, c["engram_compressed_vocab_size"])
+        self.loads = {}
+
+    def add(self, name, value, trainable=True):
+        self.register_parameter(name.replace(".", "__"), torch.nn.Parameter(value, requires_grad=trainable))
+
+    def raw(self, name):
+        return getattr(self, name.replace(".", "__"))
+
+    def p(self, name):
+        w = self.raw(name)
+        if not self.quantize_weights:
+            return w
+        if name.endswith(v41.FP8_LINEARS):
+            return ste(w, fake_fp8_weight(w.detach()))
+        if ".ffn.experts." in name:
+            return ste(w, fake_mxfp4_weight(w.detach()))
+        return w
+
+    def named_checkpoint_tensors(self):
+        """(checkpoint name, fp32 tensor) of every weight, experts split per expert."""
+        for pname, t in self.named_parameters():
+            name = pname.replace("__", ".")
+            if ".ffn.experts." in name:
+                pfx, wname = name.split(".ffn.experts.")[0], name.split(".")[-2]
+                for e in range(t.shape[0]):
+                    yield f"{pfx}.ffn.experts.{e}.{wname}.weight", t[e].detach()
+            else:
+                yield name, t.detach()
+
+    # -----------------------------------------------------------------------------------------
+    # Target
+
+    def forward(self, ids, tap_layers=(), aux=None):
+        """Logits [B, T, V]; taps {layer: [B, T, D]}; aux collects the indexers' KL terms."""
+        c = self.c
+        B, T = ids.shape
+        pos = torch.arange(T, device=ids.device)
+        tables = {k: rope_table(v, pos) for k, v in self.ropes.items()}
+        streams = self.p("model.embed.weight")[ids].unsqueeze(2).repeat(1, 1, c["hc_mult"], 1)
+        pre_mix = torch.zeros(B, T, c["hc_mult"], device=ids.device)
+        pre_mix[..., 0] = 1.0
+        shared, taps = {}, {}
+        rows = self.engram_rows(ids) if c.get("engram_layer_ids") else None
+        for l in range(c["num_hidden_layers"]):
+            pfx = f"model.layers.{l}."
+            if l in tap_layers:
+                taps[l] = streams.float().mean(2)
+            if l in c.get("engram_layer_ids", []):
+                streams = self.engram(l, streams, rows[c["engram_layer_ids"].index(l)])
+            streams, pre_mix = self.block(pfx, streams, pre_mix, lambda h: self.attention(l, h, pos, tables, shared, aux),
+                                          lambda h: self.moe(pfx, h, c["num_experts_per_tok"]))
+        h = rms(collapse(streams, pre_mix), self.p("model.norm.weight"), c["rms_norm_eps"])
+        return h @ self.p("lm_head.weight").t(), taps
+
+    def block(self, pfx, streams, pre_mix, attention, ffn):
+        c, eps = self.c, self.c["rms_norm_eps"]
+        a_pre, a_post, a_comb = mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
+                                      self.p(pfx + "hc_attn_scale"), c)
+        h = rms(collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
+        streams = expand(attention(h), streams, a_post, a_comb)
+        f_pre, f_post, f_comb = mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
+                                      self.p(pfx + "hc_ffn_scale"), c)
+        h = rms(collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
+        return expand(ffn(h), streams, f_post, f_comb), f_pre
+
+    def engram_rows(self, ids):
+        """Per Engram layer [B, T, cols] table rows, as v41.engram_hash_ids (n-grams start at the row)."""
+        c = self.c
+        comp = self.token_map[ids]
+        pad = int(self.token_map[c["engram_pad_id"]])
+        shifted = [comp] + [F.pad(comp[:, :-k], (k, 0), value=pad) for k in range(1, c["engram_max_ngram_size"])]
+        out = []
+        for li in range(len(c["engram_layer_ids"])):
+            mults = self.engram_mults[li]
+            rolling, cols, offset = shifted[0] * mults[0], [], 0
+            for n in range(1, c["engram_max_ngram_size"]):
+                rolling = rolling ^ (shifted[n] * mults[n])
+                for prime in self.engram_primes[li][n - 1]:
+                    cols.append(torch.remainder(rolling, prime) + offset)
+                    offset += prime
+            out.append(torch.stack(cols, dim=-1))
+        return out
+
+    def engram(self, l, streams, rows):
+        c, pfx = self.c, f"model.layers.{l}.engram."
+        hc, D, eps = c["hc_mult"], c["hidden_size"], c["rms_norm_eps"]
+        e = self.p(pfx + "embed.weight")[rows].flatten(-2)
+        kv = e @ self.p(pfx + "wkv.weight").t()
+        key, value = kv[..., :hc * D].unflatten(-1, (hc, D)).float(), kv[..., hc * D:].float()
+        weight = self.p(pfx + "q_weight") * self.p(pfx + "k_weight")
+        s32 = streams.float()
+        rstd = torch.rsqrt(s32.pow(2).mean(-1) + eps) * torch.rsqrt(key.pow(2).mean(-1) + eps)
+        dot = (s32 * weight * key).sum(-1) * rstd * D ** -0.5
+        gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(1e-6).sqrt(), dot))
+        return streams + gate.unsqueeze(-1) * value.unsqueeze(-2)
+
+    def compress(self, l, x):
+        c, r, pfx = self.c, self.c["compress_ratios"][l], f"model.layers.{l}.attn.compressor."
+        kv = x @ self.p(pfx + "wkv.weight").t()
+        if r > 1:
+            g = x @ self.p(pfx + "wgate.weight").t()
+            groups = x.shape[1] // r
+            kv = kv[:, :groups * r].unflatten(1, (groups, r)).float()
+            g = g[:, :groups * r].unflatten(1, (groups, r)).float()
+            kv = (kv * torch.softmax(g, dim=2)).sum(2)
+        return rms(kv, self.p(pfx + "norm.weight"), c["rms_norm_eps"])
+
+    def indexer(self, l, x, qr, pos, tables, shared):
+        c, r, pfx = self.c, self.c["compress_ratios"][l], f"model.layers.{l}.attn.indexer."
+        keys = shared["index_keys"]
+        hi, di = c["index_n_heads"], c["index_head_dim"]
+        q = (qr.detach() @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (hi, di))
+        q = rope_bt(q.float(), *tables["compress"])
+        q = ste(q, v41.fake_fp4(q.detach(), 32, False))
+        s = torch.relu(torch.einsum("bnhd,bgd->bnhg", q, keys)) * di ** -0.5
+        w = (x.detach() @ self.p(pfx + "weights_proj.weight").t()).float() * hi ** -0.5
+        scores = (s * w.unsqueeze(-1)).sum(2)
+        visible = torch.arange(keys.shape[1], device=x.device)[None, :] < ((pos + 1) // r)[:, None]
+        scores = scores.masked_fill(~visible, -float("inf"))
+        cand = c["candidate_source_layer_id"]
+        if l == cand:
+            shared["candidates"] = self.candidate_blocks(scores.detach(), (pos + 1) // r)
+        elif 0 <= cand < l and "candidates" in shared:
+            scores = scores.masked_fill(~shared["candidates"], -float("inf"))
+        k = min(c["index_topk"], keys.shape[1])
+        top = scores.detach().topk(k, dim=-1)
+        allowed = torch.zeros_like(scores, dtype=torch.bool)
+        allowed.scatter_(-1, top.indices, top.values > -float("inf"))
+        shared["allowed"], shared["index_scores"] = allowed, scores
+
+    def candidate_blocks(self, scores, visible_count):
+        c = self.c
+        bs, k = c["candidate_block_size"], c["candidate_topk_blocks"]
+        B, n, g = scores.shape
+        nb = (g + bs - 1) // bs
+        blocks = F.pad(scores, (0, nb * bs - g), value=-float("inf")).unflatten(-1, (nb, bs)).amax(-1)
+        last = (visible_count - 1) // bs
+        pinned = (torch.arange(nb, device=scores.device)[None, :] == last[:, None]) & (visible_count[:, None] > 0)
+        blocks = blocks.masked_fill(pinned.unsqueeze(0), float("inf"))
+        top = blocks.topk(min(k, nb), dim=-1)
+        keep = torch.zeros_like(blocks, dtype=torch.bool)
+        keep.scatter_(-1, top.indices, top.values > -float("inf"))
+        return keep.repeat_interleave(bs, dim=-1)[..., :g]
+
+    def attention(self, l, x, pos, tables, shared, aux):
+        c, pfx = self.c, f"model.layers.{l}.attn."
+        r = c["compress_ratios"][l]
+        cos, sin = tables["compress" if r else "main"]
+        B, T = x.shape[:2]
+        H, d, eps = c["num_attention_heads"], c["head_dim"], c["rms_norm_eps"]
+        qr = rms(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
+        q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), cos, sin)
+        kv = rope_bt(rms(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
+        kv = ste(kv, v41.fake_fp8(kv.detach(), 32))
+        logits = torch.einsum("bnhd,btd->bhnt", q, kv) * d ** -0.5
+        qpos, kpos = pos[:, None], pos[None, :]
+        window = (kpos <= qpos) & (kpos > qpos - c["sliding_window"])
+        logits = logits.masked_fill(~window, -float("inf"))
+        values, comp_cols = kv, 0
+        if r:
+            if l in c["kv_source_layer_ids"]:
+                latent = self.compress(l, x)
+                gpos = torch.arange(latent.shape[1], device=x.device) * r
+                gcos, gsin = rope_table(self.ropes["compress"], gpos)
+                if l in c["index_source_layer_ids"]:
+                    ip = pfx + "indexer."
+                    k = rms(latent.detach() @ self.p(ip + "wk.weight").t(), self.p(ip + "k_norm.weight"), eps)
+                    k = rope_bt(k, gcos, gsin)
+                    shared["index_keys"] = ste(k, v41.fake_fp4(k.detach(), 32, False))
+                e = rope_bt(latent, gcos, gsin)
+                shared["entries"] = ste(e, v41.fake_fp4(e.detach(), 16, True))
+                shared.pop("allowed", None)
+            if l in c["index_source_layer_ids"]:
+                self.indexer(l, x, qr, pos, tables, shared)
+            entries = shared["entries"]
+            comp = torch.einsum("bnhd,bgd->bhng", q, entries) * d ** -0.5
+            allowed = shared.get("allowed")
+            if allowed is None:
+                allowed = torch.zeros(B, T, entries.shape[1], dtype=torch.bool, device=x.device)
+            comp = comp.masked_fill(~allowed.unsqueeze(1), -float("inf"))
+            logits, comp_cols = torch.cat([logits, comp], dim=-1), entries.shape[1]
+            values = torch.cat([kv, entries], dim=1)
+        sinks = self.p(pfx + "attn_sink").view(1, H, 1, 1).expand(B, H, T, 1)
+        probs = torch.softmax(torch.cat([logits, sinks], dim=-1), dim=-1)[..., :-1]
+        if aux is not None and r and l in c["index_source_layer_ids"]:
+            aux.append(self.index_kl(probs[..., -comp_cols:].detach(), shared))
+        out = rope_bt(torch.einsum("bhnt,btd->bnhd", probs, values), cos, sin, inverse=True)
+        G = c["o_groups"]
+        wo_a = self.p(pfx + "wo_a.weight").view(G, -1, H * d // G)
+        grouped = torch.einsum("bngk,grk->bngr", out.reshape(B, T, G, -1), wo_a).flatten(-2)
+        return grouped @ self.p(pfx + "wo_b.weight").t()
+
+    @staticmethod
+    def index_kl(comp_probs, shared):
+        """KL(attention over the selected entries || softmax of their index scores)."""
+        allowed = shared["allowed"]
+        target = comp_probs.float().sum(1) * allowed
+        mass = target.sum(-1, keepdim=True)
+        rows = mass.squeeze(-1) > 0
+        target = target / mass.clamp_min(1e-12)
+        logq = torch.log_softmax(shared["index_scores"].masked_fill(~allowed, -float("inf")), dim=-1)
+        kl = torch.where(allowed, target * (torch.log(target.clamp_min(1e-12)) - logq), torch.zeros_like(target))
+        return kl.sum(-1)[rows].mean() if rows.any() else kl.sum() * 0
+
+    def moe(self, pfx, x, topk, prefix_ffn="ffn."):
+        c = self.c
+        p = pfx + prefix_ffn
+        logits = (x.float() @ self.p(p + "gate.weight").t().float()) / c.get("gate_temp", 1.0)
+        scores = torch.sqrt(F.softplus(logits))
+        ids = (scores + self.p(p + "gate.bias")).topk(topk, dim=-1).indices
+        w = scores.gather(-1, ids)
+        if topk > 1:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        w = w * c["routed_scaling_factor"]
+        combine = torch.zeros_like(scores).scatter(-1, ids, w)
+        if self.training:
+            self.loads[pfx] = torch.bincount(ids.flatten(), minlength=scores.shape[-1]).float()
+        y = self.expert(p + "shared_experts.", x)
+        w1, w2, w3 = (self.p(p + f"experts.{n}.weight") for n in EXPERT_NAMES)
+        g = torch.einsum("...d,eid->...ei", x, w1)
+        u = torch.einsum("...d,eid->...ei", x, w3)
+        lim = c["swiglu_limit"]
+        if lim > 0:
+            u, g = u.clamp(-lim, lim), g.clamp(max=lim)
+        a = F.silu(g) * u * combine.unsqueeze(-1).to(u.dtype)
+        return y + torch.einsum("...ei,edi->...d", a, w2)
+
+    def expert(self, pfx, x):
+        lim = self.c["swiglu_limit"]
+        g, u = x @ self.p(pfx + "w1.weight").t(), x @ self.p(pfx + "w3.weight").t()
+        if lim > 0:
+            u, g = u.clamp(-lim, lim), g.clamp(max=lim)
+        return (F.silu(g) * u) @ self.p(pfx + "w2.weight").t()
+
+    @torch.no_grad()
+    def balance(self, rate):
+        """Auxiliary-loss-free balancing: raise the bias of under-loaded experts, lower the rest."""
+        for pfx, load in self.loads.items():
+            bias = self.raw(pfx + "ffn.gate.bias")
+            bias += rate * torch.sign(load.mean() - load)
+        self.loads = {}
+
+    # -----------------------------------------------------------------------------------------
+    # DSpark draft
+
+    def context(self, taps):
+        f = torch.cat([taps[l] for l in self.c["dspark_target_layer_ids"]], dim=-1)
+        return rms(f @ self.p("mtp.0.main_proj.weight").t(), self.p("mtp.0.main_norm.weight"), self.c["rms_norm_eps"])
+
+    def draft_hidden(self, m, block_ids, anchors):
+        """Pre-norm hidden [B, A, T, D] of the blocks `block_ids` [B, A, T] at anchors [A]."""
+        c = self.c
+        Tb, W = c["dspark_block_size"], c["sliding_window"]
+        B, A = block_ids.shape[:2]
+        dev = m.device
+        bpos = (anchors[:, None] + torch.arange(Tb, device=dev)[None, :]).flatten()
+        cpos = torch.arange(m.shape[1], device=dev)
+        ctx_visible = (cpos[None, :] < anchors[:, None]) & (cpos[None, :] >= anchors[:, None] - W)
+        ctx_visible = ctx_visible.repeat_interleave(Tb, dim=0)
+        blk = torch.arange(A, device=dev).repeat_interleave(Tb)
+        visible = torch.cat([ctx_visible, blk[:, None] == blk[None, :]], dim=1)
+        tables = (rope_table(self.ropes["main"], bpos), rope_table(self.ropes["main"], cpos))
+        streams = self.p("model.embed.weight").detach()[block_ids.flatten(1)].unsqueeze(2)
+        streams = streams.repeat(1, 1, c["hc_mult"], 1)
+        pre = torch.zeros(B, A * Tb, c["hc_mult"], device=dev)
+        pre[..., 0] = 1.0
+        for i in range(c["num_nextn_predict_layers"]):
+            pfx = f"mtp.{i}."
+            streams, pre = self.block(pfx, streams, pre,
+                                      lambda h: self.draft_attention(i, h, m, tables, visible),
+                                      lambda h: self.moe(pfx, h, c["dspark_num_experts_per_tok"]))
+        return collapse(streams, pre).unflatten(1, (A, Tb))
+
+    def draft_keys(self, i, x, cos, sin):
+        pfx, eps = f"mtp.{i}.attn.", self.c["rms_norm_eps"]
+        kv = rope_bt(rms(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
+        return ste(kv, v41.fake_fp8(kv.detach(), 32))
+
+    def draft_attention(self, i, x, m, tables, visible):
+        c, pfx = self.c, f"mtp.{i}.attn."
+        (bcos, bsin), (ccos, csin) = tables
+        B, N = x.shape[:2]
+        H, d, eps = c["num_attention_heads"], c["head_dim"], c["rms_norm_eps"]
+        qr = rms(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
+        q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), bcos, bsin)
+        kv = torch.cat([self.draft_keys(i, m, ccos, csin), self.draft_keys(i, x, bcos, bsin)], dim=1)
+        logits = (torch.einsum("bnhd,btd->bhnt", q, kv) * d ** -0.5).masked_fill(~visible, -float("inf"))
+        sinks = self.p(pfx + "attn_sink").view(1, H, 1, 1).expand(B, H, N, 1)
+        probs = torch.softmax(torch.cat([logits, sinks], dim=-1), dim=-1)[..., :-1]
+        out = rope_bt(torch.einsum("bhnt,btd->bnhd", probs, kv), bcos, bsin, inverse=True)
+        G = c["o_groups"]
+        wo_a = self.p(pfx + "wo_a.weight").view(G, -1, H * d // G)
+        grouped = torch.einsum("bngk,grk->bngr", out.reshape(B, N, G, -1), wo_a).flatten(-2)
+        return grouped @ self.p(pfx + "wo_b.weight").t()
+
+    def draft_heads(self, hpre, prev):
+        """Markov logits [.., V] and confidence logits [..] of rows hpre given previous tokens."""
+        c, last = self.c, f"mtp.{self.c['num_nextn_predict_layers'] - 1}."
+        h = rms(hpre, self.p(last + "norm.weight"), c["rms_norm_eps"])
+        base = h @ self.p("lm_head.weight").detach().t()
+        e = self.p(last + "markov_head.embed.weight")[prev]
+        logits = base.float() + (e @ self.p(last + "markov_head.head.weight").t()).float()
+        conf = torch.cat([hpre.float(), e.float()], dim=-1) @ self.p(last + "confidence_head.proj.weight").t()
+        return logits, conf.squeeze(-1) + self.p(last + "confidence_head.proj.bias")
+
+    def block_ids(self, ids, anchors):
+        c = self.c
+        anchor_tokens = ids[:, anchors]
+        noise = torch.full((*anchor_tokens.shape, c["dspark_block_size"] - 1), c["dspark_noise_token_id"],
+                           dtype=ids.dtype, device=ids.device)
+        return torch.cat([anchor_tokens.unsqueeze(-1), noise], dim=-1)
+
+    def draft_loss(self, ids, target_logits, taps, anchors, gamma):
+        """The DSpark loss (0.1 CE + 0.9 TV + BCE to 1 - TV, position-weighted exp(-(k-1)/gamma))
+        with teacher-forced Markov inputs; returns (loss, per-position mean 1 - TV)."""
+        Tb = self.c["dspark_block_size"]
+        m = self.context({l: t.detach() for l, t in taps.items()})
+        hpre = self.draft_hidden(m, self.block_ids(ids, anchors), anchors)[:, :, 1:]
+        offs = torch.arange(Tb - 1, device=ids.device)
+        prev = ids[:, anchors[:, None] + offs[None, :]]
+        labels = ids[:, anchors[:, None] + offs[None, :] + 1]
+        logits, conf = self.draft_heads(hpre, prev)
+        p = torch.softmax(target_logits[:, anchors[:, None] + offs[None, :]].detach().float(), dim=-1)
+        q = torch.softmax(logits, dim=-1)
+        tv = 0.5 * (p - q).abs().sum(-1)
+        ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(tv)
+        bce = F.binary_cross_entropy_with_logits(conf, (1 - tv).detach(), reduction="none")
+        w = torch.exp(-offs.float() / gamma)
+        per = (0.1 * ce + 0.9 * tv + bce) * w
+        return per.sum(-1).mean() / w.sum(), (1 - tv).detach().mean(dim=(0, 1))

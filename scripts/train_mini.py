@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Trains deepinfer-mini: a DeepSeek-V4.1 (`deepseek_v41`, as the engine and v41_reference.py
+compute it) with a DSpark draft, on permissively licensed Python sources of this machine.
+
+One command on the GPU machine, everything random from --seed. Target and draft train together:
+the target on next-token cross-entropy (plus the indexers' KL term), the draft on the DSpark loss
+(0.1 CE + 0.9 TV to the target + BCE of the confidence to 1 - TV, position weights
+exp(-(k-1)/gamma)) with the target's taps and logits detached, so the draft never changes the
+target. With --time-budget the step count comes from the speed of the first steps and is
+recorded; `--steps N` reproduces a run.
+
+Writes to OUT_DIR:
+  model/               config.json, model.safetensors (release layout: FP8 32x32 linears, MXFP4
+                       experts, the draft under mtp.*), tokenizer.json, tokenizer_config.json,
+                       generation_config.json
+  heldout.safetensors  held-out rows input_ids [N, L] (BOS, then 512 tokens of one file) and the
+                       per-row NLL this script computes (fp32, the stored weights)
+  code_prompts.jsonl   function and class headers of held-out files (the syntax check's prompts)
+  report.json          data manifest, losses, bits per byte, draft acceptance and calibration
+Usage: train_mini.py OUT_DIR [--seed 0] [--steps N | --time-budget SECONDS] [--smoke]
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dspark_reference as dspark  # noqa: E402
+import mini_eval  # noqa: E402
+import mini_model  # noqa: E402
+import python_corpus as corpus  # noqa: E402
+import v41_reference as v41  # noqa: E402
+
+BOS, EOS, NOISE = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜dspark▁noise｜>"
+SPECIALS = [BOS, EOS, NOISE]
+
+
+def mini_config(vocab):
+    return dict(
+        v41.BASE, vocab_size=vocab, hidden_size=384, num_hidden_layers=8, num_attention_heads=6, head_dim=64,
+        q_lora_rank=192, qk_rope_head_dim=16, o_groups=2, o_lora_rank=128, moe_intermediate_size=192,
+        n_routed_experts=18, num_experts_per_tok=2, routed_scaling_factor=1.5, swiglu_limit=10.0,
+        rms_norm_eps=1e-6, max_position_embeddings=8192, rope_theta=10000.0, compress_rope_theta=40000.0,
+        rope_scaling=None, sliding_window=64, compress_ratios=[0, 4, 4, 4, 1, 1, 1, 0, 0, 0, 0],
+        kv_source_layer_ids=[1, 3, 4], index_source_layer_ids=[1, 3, 4, 6], candidate_source_layer_id=4,
+        candidate_topk_blocks=8, candidate_block_size=16, index_n_heads=4, index_head_dim=32, index_topk=32,
+        hc_sinkhorn_iters=20, engram_layer_ids=[1, 5], engram_max_ngram_size=3, engram_n_heads=2,
+        engram_head_dim=16, engram_vocab_size=5000, engram_pad_id=1, num_nextn_predict_layers=3,
+        dspark_block_size=5, dspark_noise_token_id=2, dspark_target_layer_ids=[5, 6, 7], dspark_markov_rank=32,
+        dspark_n_routed_experts=4, dspark_num_experts_per_tok=2)
+
+
+def smoke_config(vocab):
+    return dict(
+        mini_config(vocab), hidden_size=64, num_hidden_layers=5, num_attention_heads=2, head_dim=32, q_lora_rank=32,
+        o_lora_rank=32, moe_intermediate_size=32, n_routed_experts=4, compress_ratios=[0, 2, 2, 1, 1, 0, 0],
+        kv_source_layer_ids=[1, 3], index_source_layer_ids=[1, 3, 4], candidate_source_layer_id=3,
+        candidate_topk_blocks=3, candidate_block_size=4, index_n_heads=2, index_topk=4, sliding_window=8,
+        engram_layer_ids=[1], engram_vocab_size=101, num_nextn_predict_layers=2, dspark_target_layer_ids=[2, 3, 4],
+        dspark_markov_rank=16, dspark_n_routed_experts=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer: byte-level BPE (HF tokenizers) with BOS, EOS and the DSpark noise token as ids 0..2;
+# --smoke without tokenizers falls back to bytes only (same file format, no merges).
+
+class ByteTokenizer:
+    def __init__(self):
+        self.enc = v41.bytes_to_unicode()
+        self.dec = {v: k for k, v in self.enc.items()}
+        self.tokens = SPECIALS + [self.enc[b] for b in range(256)]
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    def encode_batch(self, texts):
+        return [[self.index[self.enc[b]] for b in t.encode("utf-8")] for t in texts]
+
+    def decode(self, ids):
+        return bytes(self.dec[self.tokens[i]] for i in ids if i >= len(SPECIALS)).decode("utf-8", errors="replace")
+
+    def to_json(self):
+        added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                  "special": True} for i, t in enumerate(SPECIALS)]
+        vocab = {t: i for i, t in enumerate(self.tokens) if i >= len(SPECIALS)}
+        return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+                "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                  "use_regex": True}, "post_processor": None,
+                "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                          "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                          "merges": []}}
+
+
+class HfTokenizer:
+    def __init__(self, texts, vocab):
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=SPECIALS,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        self.tok = tok
+        by_id = {i: t for t, i in tok.get_vocab(with_added_tokens=True).items()}
+        self.tokens = [by_id[i] for i in range(len(by_id))]
+
+    def encode_batch(self, texts):
+        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids):
+        return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    def to_json(self):
+        return json.loads(self.tok.to_str())
+
+
+def make_tokenizer(texts, vocab, smoke):
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        if not smoke:
+            raise
+        return ByteTokenizer()
+    sample, size = [], 0
+    for t in texts:  # the first 40 MB of training text in the hashed file order
+        sample.append(t)
+        size += len(t)
+        if size > 40_000_000:
+            break
+    return HfTokenizer(sample, vocab)
+
+
+def token_stream(tok, texts):
+    """BOS, the file's tokens, EOS for every file, as one long tensor."""
+    import numpy as np
+    parts = []
+    for enc in tok.encode_batch(texts):
+        parts += [np.array([0], dtype=np.int64), np.asarray(enc, dtype=np.int64), np.array([1], dtype=np.int64)]
+    return torch.from_numpy(np.concatenate(parts))
+
+
+def engram_setup(c, tok):
+    specials = {i: t for i, t in enumerate(SPECIALS)}
+    token_map, size = v41.compressed_token_map(tok.tokens, specials)
+    c["engram_compressed_vocab_size"] = size
+    c["engram_num_embeddings"] = [sum(sum(per) for per in layer) for layer in v41.engram_primes(c)]
+    return token_map
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+def param_groups(model):
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2 and "embed" not in n]
+    rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.dim() >= 2 and "embed" not in n)]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+
+
+def train(model, data, args, gen, dev, report):
+    c = model.c
+    opt = torch.optim.AdamW(param_groups(model), lr=args.lr, betas=(0.9, 0.95))
+    T, Tb, warmup = args.seq, c["dspark_block_size"], min(100, max(1, args.steps // 10 if args.steps else 100))
+    steps, t0, step, log = args.steps or 10**9, time.time(), 0, []
+    model.train()
+    while step < steps:
+        if args.steps == 0 and step == 5:
+            t5 = time.time()
+        if args.steps == 0 and step == 25:
+            steps = int((args.time_budget - (time.time() - t0)) / ((time.time() - t5) / 20)) + 25
+            report["steps"] = steps
+            print(f"{(time.time() - t5) / 20 * 1000:.0f} ms/step -> {steps} steps", flush=True)
+        frac = min(step / max(steps, 1), 1.0)
+        lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        starts = torch.randint(0, len(data) - T - 2, (args.batch,), generator=gen)
+        batch = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).to(dev)
+        anchors = torch.randint(0, T - Tb + 1, (args.anchors,), generator=gen).to(dev)
+        aux = []
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            logits, taps = model(batch[:, :-1], c["dspark_target_layer_ids"], aux)
+            main = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+            index = torch.stack(aux).mean()
+            draft, accept = model.draft_loss(batch[:, :-1], logits, taps, anchors, args.gamma)
+        total = main + 0.1 * index + draft
+        if (step < 10 or step % 50 == 0) and not torch.isfinite(total):
+            raise RuntimeError(f"loss not finite at step {step}: main {main.item()} index {index.item()} draft {draft.item()}")
+        total.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.balance(1e-3)
+        if step % 50 == 0 or step == steps - 1:
+            row = {"step": step, "loss": main.item(), "index_kl": index.item(), "draft": draft.item(),
+                   "draft_1_minus_tv": [round(x, 3) for x in accept.tolist()], "lr": lr, "s": time.time() - t0}
+            log.append(row)
+            print(json.dumps(row), flush=True)
+        step += 1
+    report.setdefault("steps", steps)
+    report["train_seconds"] = time.time() - t0
+    report["final_train_loss"] = main.item()
+    report["train_log"] = log
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: the release layout, as v41_reference.to_release encodes it
+
+def release_name(name):
+    return name if name.startswith("mtp.") else v41.release_name(name)
+
+
+def export(model, tok, c, out):
+    shapes = dict(v41.tensor_shapes(c), **dspark.draft_tensor_shapes(c))
+    stored, values = {}, {}
+    for name, t in model.named_checkpoint_tensors():
+        t = t.float().cpu()
+        rel = release_name(name)
+        base = rel[:-len(".weight")]
+        if name.endswith(v41.FP8_LINEARS):
+            deq, codes, scale = v41.quantize_fp8_blocks(t)
+            stored[rel] = (codes.numpy().tobytes(), "F8_E4M3", list(codes.shape))
+            stored[base + ".scale"] = (v41.e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
+        elif ".ffn.experts." in name:
+            deq, packed, scale = v41.quantize_mxfp4(t)
+            stored[rel] = (packed.numpy().tobytes(), "I8", list(packed.shape))
+            stored[base + ".scale"] = (v41.e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
+        else:
+            b = t.to(torch.bfloat16) if shapes[name][1] == "bf16" else t
+            stored[rel], deq = b, b.float()
+        values[name] = deq
+    d = os.path.join(out, "model")
+    os.makedirs(d, exist_ok=True)
+    text = dict(v41.text_config(c), model_type="deepseek_v41_text", gate_temp=c.get("gate_temp", 1.0))
+    text.update({k: c[k] for k in dspark.DSPARK_KEYS})
+    cfg = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41", "text_config": text,
+           "quantization_config": v41.RELEASE_QUANT}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    v41.write_safetensors(os.path.join(d, "model.safetensors"), stored)
+    json.dump(tok.to_json(), open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8"), ensure_ascii=False)
+    json.dump({"add_bos_token": True, "add_eos_token": False, "bos_token": BOS, "eos_token": EOS,
+               "model_max_length": 8192, "tokenizer_class": "PreTrainedTokenizerFast"},
+              open(os.path.join(d, "tokenizer_config.json"), "w"), indent=1)
+    json.dump({"bos_token_id": 0, "eos_token_id": 1}, open(os.path.join(d, "generation_config.json"), "w"), indent=1)
+    return values
+
+
+@torch.no_grad()
+def load_values(model, values):
+    """Puts the stored (dequantised) values into the model and stops quantising weights."""
+    stacks = {}
+    for name, v in values.items():
+        if ".ffn.experts." in name:
+            pfx, rest = name.split(".ffn.experts.")
+            e, w = rest.split(".")[:2]
+            stacks.setdefault(f"{pfx}.ffn.experts.{w}.weight", {})[int(e)] = v
+        else:
+            model.raw(name).copy_(v)
+    for name, per in stacks.items():
+        model.raw(name).copy_(torch.stack([per[e] for e in range(len(per))]))
+    model.quantize_weights = False
+    model.float().eval()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--time-budget", type=float, default=300.0)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--anchors", type=int, default=32, help="DSpark anchors per sequence and step")
+    ap.add_argument("--gamma", type=float, default=3.0, help="DSpark position weight scale")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--data-mb", type=float, default=320.0, help="cap on training text (MB)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny model on a few files (CPU is enough)")
+    args = ap.parse_args()
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    t_start = time.time()
+    found = corpus.sources(2_000_000 if args.smoke else 40_000_000, (3e6 if args.smoke else args.data_mb * 1e6))
+    files = [f for _, fs in found for f in fs]
+    train_files, heldout_files = corpus.split(files)
+    train_texts, heldout_texts = corpus.read_texts(train_files), corpus.read_texts(heldout_files)
+    report = {"seed": args.seed, "args": vars(args), "sources": [m for m, _ in found],
+              "train_files": len(train_files), "heldout_files": len(heldout_files),
+              "train_bytes": sum(len(t.encode()) for t in train_texts),
+              "heldout_bytes": sum(len(t.encode()) for t in heldout_texts),
+              "files_sha256": hashlib.sha256("\n".join(r for r, _ in files).encode()).hexdigest()}
+    tok = make_tokenizer(train_texts, args.vocab, args.smoke)
+    c = (smoke_config if args.smoke else mini_config)(len(tok.tokens))
+    c["rope_parameters"] = v41.rope_parameters(c)
+    token_map = engram_setup(c, tok)
+    data = token_stream(tok, train_texts)
+    report["train_tokens"], report["prep_seconds"] = len(data), time.time() - t_start
+    print(json.dumps({k: v for k, v in report.items() if k != "sources"}), flush=True)
+    model = mini_model.MiniV41(c, gen, token_map).to(dev)
+    main_params = sum(t.numel() for n, t in model.named_checkpoint_tensors() if not n.startswith("mtp."))
+    report["parameters_main"] = main_params
+    report["parameters_draft"] = sum(t.numel() for n, t in model.named_checkpoint_tensors() if n.startswith("mtp."))
+    train(model, data, args, gen, dev, report)
+    values = export(model, tok, c, args.out)
+    load_values(model, values)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    evaluate(model, tok, heldout_texts or train_texts[-20:], dev, args, report)
+    report["total_seconds"] = time.time() - t_start
+    json.dump(report, open(os.path.join(args.out, "report.json"), "w"), indent=1)
+    print(json.dumps({k: v for k, v in report.items() if k not in ("sources", "train_log")}, indent=1), flush=True)
+
+
+def evaluate(model, tok, texts, dev, args, report):
+    rows = mini_eval.heldout_rows(tok, texts, args.seq + 1, 8 if args.smoke else 64)
+    nll = mini_eval.heldout_nll(model, rows, dev)
+    nbytes = mini_eval.row_bytes(tok, rows)
+    v41.write_safetensors(os.path.join(args.out, "heldout.safetensors"),
+                          {"input_ids": rows, "nll": nll.float()})
+    total = float(nll.sum())
+    report["heldout"] = {"rows": rows.shape[0], "tokens": rows[:, 1:].numel(), "bytes": sum(nbytes),
+                         "mean_nll": total / rows[:, 1:].numel(),
+                         "perplexity": math.exp(total / rows[:, 1:].numel()),
+                         "bits_per_byte": total / math.log(2) / sum(nbytes)}
+    report["draft_acceptance"] = [mini_eval.acceptance(model, rows[:16], dev, t) for t in (0.0, 0.7)]
+    prompts = mini_eval.code_prompts(texts)
+    with open(os.path.join(args.out, "code_prompts.jsonl"), "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt": p}) + "\n")
+    prompt = "def fibonacci(n):\n"
+    ids = mini_eval.greedy(model, [0] + tok.encode_batch([prompt])[0], 48, dev)
+    report["sample_prompt"], report["sample_greedy_text"] = prompt, tok.decode(ids[1:])
+
+
+if __name__ == "__main__":
+    main()
