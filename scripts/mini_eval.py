@@ -112,7 +112,7 @@ HEADER = re.compile(r"^(?:async\s+)?(?:def|class)\s+\w+[^\n]*:[ \t]*$", re.M)
 
 def code_prompts(texts, count=50):
     """Top-level one-line function or class headers of held-out files, one per file first."""
-    per_file = [[m.group(0) + "\n" for m in HEADER.finditer(t)] for t in texts]
+    per_file = [[m.group(0).rstrip() for m in HEADER.finditer(t)] for t in texts]
     out, depth = [], 0
     while len(out) < count and any(depth < len(h) for h in per_file):
         out += [h[depth] for h in per_file if depth < len(h)]

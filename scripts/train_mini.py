@@ -333,7 +333,7 @@ def evaluate(model, tok, texts, dev, args, report):
     with open(os.path.join(args.out, "code_prompts.jsonl"), "w") as f:
         for p in prompts:
             f.write(json.dumps({"prompt": p}) + "\n")
-    prompt = "def fibonacci(n):\n"
+    prompt = "def fibonacci(n):"
     ids = mini_eval.greedy(model, [0] + tok.encode_batch([prompt])[0], 48, dev)
     report["sample_prompt"], report["sample_greedy_text"] = prompt, tok.decode(ids[1:])
 
