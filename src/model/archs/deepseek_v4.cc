@@ -143,10 +143,8 @@ Tensor DeepseekV4Model::mtp_forward(const Batch& rows, Tensor& streams, HybridCa
     Tensor projected = st.streams.reshape({n * hc, D});
     backend_.matmul(h, mtp_->h_proj, projected);
     // + e_proj(...) on every stream: the mHC update with post = 1 and comb = I.
-    Tensor post = Tensor::empty(DType::kF32, {n, hc}), comb = Tensor::zeros(DType::kF32, {n, hc, hc});
-    std::fill_n(post.data<float>(), post.numel(), 1.0f);
-    for (int64_t i = 0; i < n * hc; ++i) comb.data<float>()[i * hc + i % hc] = 1.0f;
-    backend_.hc_post(st.streams, ep, backend_.upload(post), backend_.upload(comb));
+    auto [post, comb] = mtp_broadcast_mix(n);
+    backend_.hc_post(st.streams, ep, post, comb);
     st.x = backend_.empty(DType::kF32, {n, D});
     st.post = backend_.empty(DType::kF32, {n, hc});
     st.comb = backend_.empty(DType::kF32, {n, hc, hc});
@@ -159,6 +157,20 @@ Tensor DeepseekV4Model::mtp_forward(const Batch& rows, Tensor& streams, HybridCa
     Tensor logits = backend_.empty(DType::kF32, {n, cfg_.vocab_size});
     backend_.matmul(x, w_.head, logits);
     return logits;
+}
+
+std::pair<Tensor, Tensor> DeepseekV4Model::mtp_broadcast_mix(int64_t n) {
+    // Uploaded once and grown by doubling: every draft step of every request needs them.
+    if (mtp_->broadcast_rows < n) {
+        int64_t rows = std::max<int64_t>(n, 2 * mtp_->broadcast_rows), hc = cfg_.hc_mult;
+        Tensor post = Tensor::empty(DType::kF32, {rows, hc}), comb = Tensor::zeros(DType::kF32, {rows, hc, hc});
+        std::fill_n(post.data<float>(), post.numel(), 1.0f);
+        for (int64_t i = 0; i < rows * hc; ++i) comb.data<float>()[i * hc + i % hc] = 1.0f;
+        mtp_->ones_post = backend_.upload(post);
+        mtp_->identity_comb = backend_.upload(comb);
+        mtp_->broadcast_rows = rows;
+    }
+    return {mtp_->ones_post.rows(0, n), mtp_->identity_comb.rows(0, n)};
 }
 
 void DeepseekV4Model::attention_block(int l, StepTensors& st, HybridCache& cache) {

@@ -23,6 +23,9 @@ struct MtpWeights {
     Tensor e_proj, h_proj;        // [D, D]
     Tensor enorm, hnorm, norm;    // [D]
     MhcWeights hc_head;
+    // post = 1 and comb = I for `broadcast_rows` rows (on the backend; see mtp_broadcast_mix).
+    Tensor ones_post, identity_comb;
+    int64_t broadcast_rows = 0;
 };
 
 class DeepseekV4Model final : public HybridCacheModel, public DraftModel {
@@ -52,6 +55,8 @@ public:
     // The MTP head over `rows` (token_ids = each position's next token): logits [n, V]; `streams`
     // [n, hc, D] goes in (the target's, or the previous draft step's) and comes out as the block's.
     Tensor mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache);
+    // The mHC weights that make hc_post add one vector to every stream, for n rows.
+    std::pair<Tensor, Tensor> mtp_broadcast_mix(int64_t n);
 
 private:
     static std::vector<kernels::SeqSlice> compressor_slices(const Batch& step);
