@@ -90,7 +90,10 @@ def collapse(streams, pre):
 
 
 def expand(y, streams, post, comb):
-    return post.unsqueeze(-1) * y.unsqueeze(-2) + torch.einsum("...jk,...jd->...kd", comb, streams)
+    # The streams are the residual: mixed in fp32 (under autocast an einsum would round them to bf16).
+    with torch.autocast(device_type=streams.device.type, enabled=False):
+        mixed = torch.einsum("...jk,...jd->...kd", comb.float(), streams.float())
+    return post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed
 
 
 def init_value(name, shape, gen):

@@ -128,10 +128,10 @@ def make_tokenizer(texts, vocab, smoke):
             raise
         return ByteTokenizer()
     sample, size = [], 0
-    for t in texts:  # the first 40 MB of training text in the hashed file order
+    for t in texts:  # the first 20 MB of training text
         sample.append(t)
         size += len(t)
-        if size > 40_000_000:
+        if size > 20_000_000:
             break
     return HfTokenizer(sample, vocab)
 

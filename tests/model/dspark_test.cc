@@ -21,10 +21,14 @@ struct DraftFixture {
     Tensor taps, points, base_logits, logits, confidence, tokens;
 };
 
-DraftFixture load_draft_fixture() {
+// The checkpoint in `dir` and the reference outputs in `reference` (dspark_reference.py's layout).
+DraftFixture load_draft_fixture(const std::string& dir, const std::string& reference) {
     DraftFixture d;
-    d.f = test::load_fixture("v41/v41_dspark");
-    SafetensorsFile ref(d.f.dir + "/reference.safetensors");
+    d.f.dir = dir;
+    SafetensorsFile ref(reference);
+    Tensor ids = ref.tensor("input_ids");
+    for (int64_t i = 0; i < ids.numel(); ++i) d.f.ids.push_back(static_cast<int32_t>(ids.data<int64_t>()[i]));
+    d.f.reference = ref.tensor("logits");
     d.taps = ref.tensor("taps");
     d.points = ref.tensor("draft_points");
     d.base_logits = ref.tensor("draft_base_logits");
@@ -53,8 +57,12 @@ Tensor download(kernels::Backend& backend, const Tensor& t) {
     return host;
 }
 
-void expect_draft_parity(kernels::Backend& backend, const std::string& what) {
-    DraftFixture d = load_draft_fixture();
+DraftFixture fixture_checkpoint() {
+    std::string dir = test::data_path("v41/v41_dspark");
+    return load_draft_fixture(dir, dir + "/reference.safetensors");
+}
+
+void expect_draft_parity(kernels::Backend& backend, const std::string& what, const DraftFixture& d = fixture_checkpoint()) {
     model::DeepseekV41Model m(model::load_deepseek_v41_config(d.f.dir), model::Checkpoint(d.f.dir), backend,
                               {.draft = true});
     model::DSparkDraft* draft = m.dspark();
@@ -119,6 +127,24 @@ TEST(DSparkDraft, CudaMatchesReference) {
     auto backend = test::cuda_backend(why);
     if (!backend) GTEST_SKIP() << why;
     expect_draft_parity(*backend, "cuda");
+}
+
+// The bundled deepinfer-mini's trained draft (release layout: FP8 linears, MXFP4 experts).
+DraftFixture mini_checkpoint() {
+    return load_draft_fixture(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-mini",
+                              test::data_path("mini_reference.safetensors"));
+}
+
+TEST(DSparkDraft, BundledMiniMatchesReference) {
+    auto backend = kernels::make_cpu_backend(0);
+    expect_draft_parity(*backend, "deepinfer-mini cpu", mini_checkpoint());
+}
+
+TEST(DSparkDraft, BundledMiniCudaMatchesReference) {
+    std::string why;
+    auto backend = test::cuda_backend(why);
+    if (!backend) GTEST_SKIP() << why;
+    expect_draft_parity(*backend, "deepinfer-mini cuda", mini_checkpoint());
 }
 
 // Without the draft flag the checkpoint loads as the target alone; a checkpoint without dspark_*
