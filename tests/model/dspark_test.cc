@@ -129,24 +129,6 @@ TEST(DSparkDraft, CudaMatchesReference) {
     expect_draft_parity(*backend, "cuda");
 }
 
-// The bundled deepinfer-mini's trained draft (release layout: FP8 linears, MXFP4 experts).
-DraftFixture mini_checkpoint() {
-    return load_draft_fixture(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-mini",
-                              test::data_path("mini_reference.safetensors"));
-}
-
-TEST(DSparkDraft, BundledMiniMatchesReference) {
-    auto backend = kernels::make_cpu_backend(0);
-    expect_draft_parity(*backend, "deepinfer-mini cpu", mini_checkpoint());
-}
-
-TEST(DSparkDraft, BundledMiniCudaMatchesReference) {
-    std::string why;
-    auto backend = test::cuda_backend(why);
-    if (!backend) GTEST_SKIP() << why;
-    expect_draft_parity(*backend, "deepinfer-mini cuda", mini_checkpoint());
-}
-
 // Without the draft flag the checkpoint loads as the target alone; a checkpoint without dspark_*
 // keys has no draft to load.
 TEST(DSparkDraft, LoadedOnlyWhenAskedAndPresent) {
