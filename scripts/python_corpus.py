@@ -36,14 +36,39 @@ def stdlib_files():
     return out
 
 
-def distribution_files(dist):
+def walk_py(root):
     out = []
-    for f in dist.files or []:
-        if str(f).endswith(".py"):
-            path = str(dist.locate_file(f))
-            if os.path.isfile(path):
-                out.append(path)
-    return sorted(out)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        out += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py")]
+    return out
+
+
+def distribution_files(dist):
+    """The distribution's .py files from its RECORD, else from its top-level packages (installs
+    without a RECORD, such as Debian's)."""
+    out = []
+    if dist.files is not None:
+        for f in dist.files:
+            if str(f).endswith(".py"):
+                path = str(dist.locate_file(f))
+                if os.path.isfile(path):
+                    out.append(path)
+        return sorted(out)
+    import importlib.util
+    for name in (dist.read_text("top_level.txt") or "").split():
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            for root in spec.submodule_search_locations:
+                out += walk_py(root)
+        elif spec.origin and spec.origin.endswith(".py"):
+            out.append(spec.origin)
+    return sorted(set(out))
 
 
 def sources(per_source_cap, total_cap):
