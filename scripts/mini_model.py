@@ -70,30 +70,22 @@ def rms(x, weight, eps):
     return y if weight is None else y * weight
 
 
-def mixes(streams, fn, base, scale, c):
-    hc = c["hc_mult"]
-    flat = rms(streams.flatten(-2), None, c["rms_norm_eps"])
-    m = (flat @ fn.t()).float()
-    pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + c["hc_eps"]
-    post = 2 * torch.sigmoid(m[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
-    comb = (m[..., 2 * hc:] * scale[2] + base[2 * hc:]).view(*m.shape[:-1], hc, hc)
-    comb = torch.softmax(comb, dim=-1) + c["hc_eps"]
-    comb = comb / (comb.sum(dim=-2, keepdim=True) + c["hc_eps"])
-    for _ in range(c["hc_sinkhorn_iters"] - 1):
-        comb = comb / (comb.sum(dim=-1, keepdim=True) + c["hc_eps"])
-        comb = comb / (comb.sum(dim=-2, keepdim=True) + c["hc_eps"])
-    return pre, post, comb
-
-
-def collapse(streams, pre):
-    return (pre.unsqueeze(-1) * streams).sum(-2)
-
-
 def expand(y, streams, post, comb):
     # The streams are the residual: mixed in fp32 (under autocast an einsum would round them to bf16).
     with torch.autocast(device_type=streams.device.type, enabled=False):
         mixed = torch.einsum("...jk,...jd->...kd", comb.float(), streams.float())
     return post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed
+
+
+def split_expert_name(name):
+    """'P.ffn.experts.E.W.weight' -> (P, E, W): routed experts are stacked per layer here."""
+    pfx, rest = name.split(".ffn.experts.")
+    e, wname = rest.split(".")[:2]
+    return pfx, int(e), wname
+
+
+def stacked_expert_name(pfx, wname):
+    return f"{pfx}.ffn.experts.{wname}.weight"
 
 
 def init_value(name, shape, gen):
@@ -124,22 +116,19 @@ class MiniV41(torch.nn.Module):
         self.expert_counts = {}
         for name, (shape, _dtype) in shapes.items():
             if ".ffn.experts." in name:
-                pfx, rest = name.split(".ffn.experts.")
-                e, wname = rest.split(".")[0], rest.split(".")[1]
-                key = f"{pfx}.ffn.experts.{wname}.weight"
-                self.expert_counts[pfx] = max(self.expert_counts.get(pfx, 0), int(e) + 1)
+                pfx, e, _ = split_expert_name(name)
+                self.expert_counts[pfx] = max(self.expert_counts.get(pfx, 0), e + 1)
                 continue
             self.add(name, init_value(name, shape, gen), trainable=not name.endswith(("gate.bias", "bias_vl")))
         for pfx, E in self.expert_counts.items():
             for wname in EXPERT_NAMES:
                 shape = shapes[f"{pfx}.ffn.experts.0.{wname}.weight"][0]
-                self.add(f"{pfx}.ffn.experts.{wname}.weight", 0.02 * torch.randn([E] + shape, generator=gen))
+                self.add(stacked_expert_name(pfx, wname), 0.02 * torch.randn([E] + shape, generator=gen))
         rp = c["rope_parameters"]
         self.ropes = {k: v41.yarn_inv_freq(rp[k], c["qk_rope_head_dim"]) for k in ("main", "compress")}
         if c.get("engram_layer_ids"):
             self.register_buffer("token_map", torch.tensor(token_map, dtype=torch.long))
-            primes = v41.engram_primes(c)
-            self.engram_primes = primes
+            self.engram_primes = v41.engram_primes(c)
             self.engram_mults = v41.engram_multipliers(c, c["engram_compressed_vocab_size"])
         self.loads = {}
 
@@ -192,18 +181,18 @@ class MiniV41(torch.nn.Module):
                 streams = self.engram(l, streams, rows[c["engram_layer_ids"].index(l)])
             streams, pre_mix = self.block(pfx, streams, pre_mix, lambda h: self.attention(l, h, pos, tables, shared, aux),
                                           lambda h: self.moe(pfx, h, c["num_experts_per_tok"]))
-        h = rms(collapse(streams, pre_mix), self.p("model.norm.weight"), c["rms_norm_eps"])
+        h = rms(v41.collapse(streams, pre_mix), self.p("model.norm.weight"), c["rms_norm_eps"])
         return h @ self.p("lm_head.weight").t(), taps
 
     def block(self, pfx, streams, pre_mix, attention, ffn):
         c, eps = self.c, self.c["rms_norm_eps"]
-        a_pre, a_post, a_comb = mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
+        a_pre, a_post, a_comb = v41.mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
                                       self.p(pfx + "hc_attn_scale"), c)
-        h = rms(collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
+        h = rms(v41.collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
         streams = expand(attention(h), streams, a_post, a_comb)
-        f_pre, f_post, f_comb = mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
+        f_pre, f_post, f_comb = v41.mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
                                       self.p(pfx + "hc_ffn_scale"), c)
-        h = rms(collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
+        h = rms(v41.collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
         return expand(ffn(h), streams, f_post, f_comb), f_pre
 
     def engram_rows(self, ids):
@@ -345,9 +334,8 @@ class MiniV41(torch.nn.Module):
         kl = torch.where(allowed, target * (torch.log(target.clamp_min(1e-12)) - logq), torch.zeros_like(target))
         return kl.sum(-1)[rows].mean() if rows.any() else kl.sum() * 0
 
-    def moe(self, pfx, x, topk, prefix_ffn="ffn."):
-        c = self.c
-        p = pfx + prefix_ffn
+    def moe(self, pfx, x, topk):
+        c, p = self.c, pfx + "ffn."
         logits = (x.float() @ self.p(p + "gate.weight").t().float()) / c.get("gate_temp", 1.0)
         scores = torch.sqrt(F.softplus(logits))
         ids = (scores + self.p(p + "gate.bias")).topk(topk, dim=-1).indices
@@ -412,7 +400,7 @@ class MiniV41(torch.nn.Module):
             streams, pre = self.block(pfx, streams, pre,
                                       lambda h: self.draft_attention(i, h, m, tables, visible),
                                       lambda h: self.moe(pfx, h, c["dspark_num_experts_per_tok"]))
-        return collapse(streams, pre).unflatten(1, (A, Tb))
+        return v41.collapse(streams, pre).unflatten(1, (A, Tb))
 
     def draft_keys(self, i, x, cos, sin):
         pfx, eps = f"mtp.{i}.attn.", self.c["rms_norm_eps"]

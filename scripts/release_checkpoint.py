@@ -11,47 +11,33 @@ Usage: release_checkpoint.py MODEL_DIR HELDOUT.safetensors OUT.safetensors [--le
 import argparse
 import json
 import os
-import struct
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dspark_reference as dspark  # noqa: E402
+import v4_to_release_layout as release  # noqa: E402
 import v41_reference as v41  # noqa: E402
 
 
 def e4m3_table():
-    codes = torch.arange(256)
-    sign = torch.where(codes >= 128, -1.0, 1.0)
-    e, m = (codes >> 3) & 0xF, codes & 7
-    normal = torch.pow(2.0, e.double() - 7) * (1 + m.double() / 8)
-    sub = torch.pow(2.0, torch.tensor(-6.0, dtype=torch.float64)) * (m.double() / 8)
-    return (sign * torch.where(e > 0, normal, sub)).float()
+    """fp32 value of every e4m3 byte code (sign in bit 7)."""
+    magnitude = torch.from_numpy(release.e4m3_values()).float()
+    magnitude = torch.cat([magnitude, torch.tensor([float("nan")])])  # code 0x7f is NaN
+    return torch.cat([magnitude, -magnitude])
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
+    """name -> (dtype string, torch tensor): floats as fp32, encoded bytes as uint8."""
     out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        lo, hi = meta["data_offsets"]
-        raw = bytearray(data[lo:hi])
-        dt, shape = meta["dtype"], meta["shape"]
+    for name, (dt, shape, raw) in release.read_safetensors(path).items():
         if dt == "BF16":
-            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16).float()
-        elif dt == "F32":
-            t = torch.frombuffer(raw, dtype=torch.float32).clone()
-        elif dt in ("F8_E4M3", "F8_E8M0", "I8", "U8"):
-            t = torch.frombuffer(raw, dtype=torch.uint8).clone()
-        elif dt == "I64":
-            t = torch.frombuffer(raw, dtype=torch.int64).clone()
+            t = torch.from_numpy(release.bf16_to_f32(raw))
+        elif dt in ("F8_E4M3", "F8_E8M0", "I8"):
+            t = torch.from_numpy(raw.view("uint8").copy())
         else:
-            raise ValueError(f"{name}: dtype {dt}")
+            t = torch.from_numpy(raw.copy())
         out[name] = (dt, t.reshape(shape))
     return out
 

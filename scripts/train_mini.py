@@ -211,29 +211,14 @@ def train(model, data, args, gen, dev, report):
 # ---------------------------------------------------------------------------------------------
 # Export: the release layout, as v41_reference.to_release encodes it
 
-def release_name(name):
-    return name if name.startswith("mtp.") else v41.release_name(name)
-
-
 def export(model, tok, c, out):
     shapes = dict(v41.tensor_shapes(c), **dspark.draft_tensor_shapes(c))
     stored, values = {}, {}
     for name, t in model.named_checkpoint_tensors():
         t = t.float().cpu()
-        rel = release_name(name)
-        base = rel[:-len(".weight")]
-        if name.endswith(v41.FP8_LINEARS):
-            deq, codes, scale = v41.quantize_fp8_blocks(t)
-            stored[rel] = (codes.numpy().tobytes(), "F8_E4M3", list(codes.shape))
-            stored[base + ".scale"] = (v41.e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
-        elif ".ffn.experts." in name:
-            deq, packed, scale = v41.quantize_mxfp4(t)
-            stored[rel] = (packed.numpy().tobytes(), "I8", list(packed.shape))
-            stored[base + ".scale"] = (v41.e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
-        else:
-            b = t.to(torch.bfloat16) if shapes[name][1] == "bf16" else t
-            stored[rel], deq = b, b.float()
-        values[name] = deq
+        kept = t.to(torch.bfloat16) if shapes[name][1] == "bf16" else t
+        entries, values[name] = v41.release_entries(name, kept, t)
+        stored.update(entries)
     d = os.path.join(out, "model")
     os.makedirs(d, exist_ok=True)
     text = dict(v41.text_config(c), model_type="deepseek_v41_text", gate_temp=c.get("gate_temp", 1.0))
@@ -256,9 +241,8 @@ def load_values(model, values):
     stacks = {}
     for name, v in values.items():
         if ".ffn.experts." in name:
-            pfx, rest = name.split(".ffn.experts.")
-            e, w = rest.split(".")[:2]
-            stacks.setdefault(f"{pfx}.ffn.experts.{w}.weight", {})[int(e)] = v
+            pfx, e, wname = mini_model.split_expert_name(name)
+            stacks.setdefault(mini_model.stacked_expert_name(pfx, wname), {})[e] = v
         else:
             model.raw(name).copy_(v)
     for name, per in stacks.items():

@@ -34,6 +34,9 @@ from transformers.masking_utils import create_sliding_window_causal_mask
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
     DeepseekV4DecoderLayer, DeepseekV4HyperHead, DeepseekV4RMSNorm)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_corpus import read_texts, split  # noqa: E402
+
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 VOCAB = 4096
 SEQ = 512
@@ -113,22 +116,6 @@ def corpus_files(smoke):
     manifest = [{k: v for k, v in s.items() if k != "files"} | {"num_files": len(s["files"]),
                  "bytes": sum(os.path.getsize(p) for p in s["files"])} for s in sources]
     return manifest, files
-
-
-def split(files):
-    train, heldout = [], []
-    for rel, path in files:
-        bucket = int(hashlib.sha1(rel.encode()).hexdigest(), 16) % 50
-        (heldout if bucket == 0 else train).append((rel, path))
-    return train, heldout
-
-
-def read_texts(files):
-    out = []
-    for _, path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            out.append(f.read())
-    return out
 
 
 def train_tokenizer(texts):

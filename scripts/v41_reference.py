@@ -276,12 +276,13 @@ class Gaps:
 
 
 def mixes(streams, fn, base, scale, c):
+    """pre, post, comb of streams [..., hc, D] (leading dims are positions, batched or not)."""
     hc = c["hc_mult"]
-    flat = rms_norm(streams.flatten(1), None, c["rms_norm_eps"])
-    m = flat @ fn.t()
-    pre = torch.sigmoid(m[:, :hc] * scale[0] + base[:hc]) + c["hc_eps"]
-    post = 2 * torch.sigmoid(m[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
-    comb = (m[:, 2 * hc:] * scale[2] + base[2 * hc:]).view(-1, hc, hc)
+    flat = rms_norm(streams.flatten(-2), None, c["rms_norm_eps"])
+    m = (flat @ fn.t()).float()  # fp32 also when a caller runs the product under autocast
+    pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + c["hc_eps"]
+    post = 2 * torch.sigmoid(m[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
+    comb = (m[..., 2 * hc:] * scale[2] + base[2 * hc:]).view(*m.shape[:-1], hc, hc)
     comb = torch.softmax(comb, dim=-1) + c["hc_eps"]
     comb = comb / (comb.sum(dim=-2, keepdim=True) + c["hc_eps"])
     for _ in range(c["hc_sinkhorn_iters"] - 1):
@@ -291,7 +292,7 @@ def mixes(streams, fn, base, scale, c):
 
 
 def collapse(streams, pre):
-    return (pre.unsqueeze(-1) * streams).sum(1)
+    return (pre.unsqueeze(-1) * streams).sum(-2)
 
 
 def expand(y, streams, post, comb):
@@ -664,29 +665,35 @@ def quantize_mxfp4(w):
 
 
 def release_name(name):
+    if name.startswith("mtp."):  # draft tensors keep their names
+        return name
     if name.startswith("model.layers."):
         return name[len("model."):]
     return {"model.embed.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight"}[name]
+
+
+def release_entries(name, stored, value):
+    """One tensor in the release layout: ({release name: tensor or encoded tuple}, the values it
+    holds). FP8 linears and MXFP4 experts are encoded from `value`; the rest keep `stored` as it is."""
+    rel = release_name(name)
+    base = rel[:-len(".weight")]
+    if name.endswith(FP8_LINEARS):
+        deq, codes, scale = quantize_fp8_blocks(value)
+        return {rel: (codes.numpy().tobytes(), "F8_E4M3", list(codes.shape)),
+                base + ".scale": (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))}, deq
+    if ".ffn.experts." in name:
+        deq, packed, scale = quantize_mxfp4(value)
+        return {rel: (packed.numpy().tobytes(), "I8", list(packed.shape)),
+                base + ".scale": (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))}, deq
+    return {rel: stored}, stored.float()
 
 
 def to_release(stored, values, gen, c):
     """Re-encodes the checkpoint in the release layout; updates `values` to what it holds."""
     out = {}
     for name, t in stored.items():
-        rel = release_name(name)
-        base = rel[:-len(".weight")]
-        if name.endswith(FP8_LINEARS):
-            deq, codes, scale = quantize_fp8_blocks(values[name])
-            out[rel] = (codes.numpy().tobytes(), "F8_E4M3", list(codes.shape))
-            out[base + ".scale"] = (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
-            values[name] = deq
-        elif ".ffn.experts." in name:
-            deq, packed, scale = quantize_mxfp4(values[name])
-            out[rel] = (packed.numpy().tobytes(), "I8", list(packed.shape))
-            out[base + ".scale"] = (e8m0_bytes(scale), "F8_E8M0", list(scale.shape))
-            values[name] = deq
-        else:
-            out[rel] = t
+        entries, values[name] = release_entries(name, t, values[name])
+        out.update(entries)
     D = c["hidden_size"]  # a draft layer's worth of names the main model must skip
     w = torch.randn(c["q_lora_rank"], D, generator=gen) / math.sqrt(D)
     _, codes, scale = quantize_fp8_blocks(w)
