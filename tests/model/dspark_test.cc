@@ -24,11 +24,8 @@ struct DraftFixture {
 // The checkpoint in `dir` and the reference outputs in `reference` (dspark_reference.py's layout).
 DraftFixture load_draft_fixture(const std::string& dir, const std::string& reference) {
     DraftFixture d;
-    d.f.dir = dir;
+    d.f = test::load_fixture(dir, reference);
     SafetensorsFile ref(reference);
-    Tensor ids = ref.tensor("input_ids");
-    for (int64_t i = 0; i < ids.numel(); ++i) d.f.ids.push_back(static_cast<int32_t>(ids.data<int64_t>()[i]));
-    d.f.reference = ref.tensor("logits");
     d.taps = ref.tensor("taps");
     d.points = ref.tensor("draft_points");
     d.base_logits = ref.tensor("draft_base_logits");

@@ -23,15 +23,21 @@ struct Fixture {
     Tensor reference;  // [L, V]
 };
 
-// tests/data/<name>: the checkpoint and reference.safetensors (input_ids, logits).
-inline Fixture load_fixture(const std::string& name) {
+// The checkpoint in `dir` and a reference file (input_ids, logits).
+inline Fixture load_fixture(const std::string& dir, const std::string& reference) {
     Fixture f;
-    f.dir = test::data_path(name);
-    SafetensorsFile ref(f.dir + "/reference.safetensors");
+    f.dir = dir;
+    SafetensorsFile ref(reference);
     Tensor ids = ref.tensor("input_ids");
     for (int64_t i = 0; i < ids.numel(); ++i) f.ids.push_back(static_cast<int32_t>(ids.data<int64_t>()[i]));
     f.reference = ref.tensor("logits");
     return f;
+}
+
+// tests/data/<name>: the checkpoint and reference.safetensors (input_ids, logits).
+inline Fixture load_fixture(const std::string& name) {
+    std::string dir = test::data_path(name);
+    return load_fixture(dir, dir + "/reference.safetensors");
 }
 
 // The bar: max |Δ| <= 2e-2 * max |ref| and argmax equal at >= 99.5% of positions.
