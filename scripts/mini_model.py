@@ -64,12 +64,6 @@ def rope_table(inv_fac, positions):
     return (angles.cos() * fac).float(), (angles.sin() * fac).float()
 
 
-def rms(x, weight, eps):
-    x32 = x.float()
-    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return y if weight is None else y * weight
-
-
 def expand(y, streams, post, comb):
     # The streams are the residual: mixed in fp32 (under autocast an einsum would round them to bf16).
     with torch.autocast(device_type=streams.device.type, enabled=False):
@@ -181,18 +175,18 @@ class MiniV41(torch.nn.Module):
                 streams = self.engram(l, streams, rows[c["engram_layer_ids"].index(l)])
             streams, pre_mix = self.block(pfx, streams, pre_mix, lambda h: self.attention(l, h, pos, tables, shared, aux),
                                           lambda h: self.moe(pfx, h, c["num_experts_per_tok"]))
-        h = rms(v41.collapse(streams, pre_mix), self.p("model.norm.weight"), c["rms_norm_eps"])
+        h = v41.rms_norm(v41.collapse(streams, pre_mix), self.p("model.norm.weight"), c["rms_norm_eps"])
         return h @ self.p("lm_head.weight").t(), taps
 
     def block(self, pfx, streams, pre_mix, attention, ffn):
         c, eps = self.c, self.c["rms_norm_eps"]
         a_pre, a_post, a_comb = v41.mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
                                       self.p(pfx + "hc_attn_scale"), c)
-        h = rms(v41.collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
+        h = v41.rms_norm(v41.collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
         streams = expand(attention(h), streams, a_post, a_comb)
         f_pre, f_post, f_comb = v41.mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
                                       self.p(pfx + "hc_ffn_scale"), c)
-        h = rms(v41.collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
+        h = v41.rms_norm(v41.collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
         return expand(ffn(h), streams, f_post, f_comb), f_pre
 
     def engram_rows(self, ids):
@@ -235,7 +229,7 @@ class MiniV41(torch.nn.Module):
             kv = kv[:, :groups * r].unflatten(1, (groups, r)).float()
             g = g[:, :groups * r].unflatten(1, (groups, r)).float()
             kv = (kv * torch.softmax(g, dim=2)).sum(2)
-        return rms(kv, self.p(pfx + "norm.weight"), c["rms_norm_eps"])
+        return v41.rms_norm(kv, self.p(pfx + "norm.weight"), c["rms_norm_eps"])
 
     def indexer(self, l, x, qr, pos, tables, shared):
         c, r, pfx = self.c, self.c["compress_ratios"][l], f"model.layers.{l}.attn.indexer."
@@ -280,9 +274,9 @@ class MiniV41(torch.nn.Module):
         cos, sin = tables["compress" if r else "main"]
         B, T = x.shape[:2]
         H, d, eps = c["num_attention_heads"], c["head_dim"], c["rms_norm_eps"]
-        qr = rms(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
+        qr = v41.rms_norm(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
         q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), cos, sin)
-        kv = rope_bt(rms(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
+        kv = rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
         kv = ste(kv, v41.fake_fp8(kv.detach(), 32))
         logits = torch.einsum("bnhd,btd->bhnt", q, kv) * d ** -0.5
         qpos, kpos = pos[:, None], pos[None, :]
@@ -296,7 +290,7 @@ class MiniV41(torch.nn.Module):
                 gcos, gsin = rope_table(self.ropes["compress"], gpos)
                 if l in c["index_source_layer_ids"]:
                     ip = pfx + "indexer."
-                    k = rms(latent.detach() @ self.p(ip + "wk.weight").t(), self.p(ip + "k_norm.weight"), eps)
+                    k = v41.rms_norm(latent.detach() @ self.p(ip + "wk.weight").t(), self.p(ip + "k_norm.weight"), eps)
                     k = rope_bt(k, gcos, gsin)
                     shared["index_keys"] = ste(k, v41.fake_fp4(k.detach(), 32, False))
                 e = rope_bt(latent, gcos, gsin)
@@ -376,7 +370,7 @@ class MiniV41(torch.nn.Module):
 
     def context(self, taps):
         f = torch.cat([taps[l] for l in self.c["dspark_target_layer_ids"]], dim=-1)
-        return rms(f @ self.p("mtp.0.main_proj.weight").t(), self.p("mtp.0.main_norm.weight"), self.c["rms_norm_eps"])
+        return v41.rms_norm(f @ self.p("mtp.0.main_proj.weight").t(), self.p("mtp.0.main_norm.weight"), self.c["rms_norm_eps"])
 
     def draft_hidden(self, m, block_ids, anchors):
         """Pre-norm hidden [B, A, T, D] of the blocks `block_ids` [B, A, T] at anchors [A]."""
@@ -404,7 +398,7 @@ class MiniV41(torch.nn.Module):
 
     def draft_keys(self, i, x, cos, sin):
         pfx, eps = f"mtp.{i}.attn.", self.c["rms_norm_eps"]
-        kv = rope_bt(rms(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
+        kv = rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
         return ste(kv, v41.fake_fp8(kv.detach(), 32))
 
     def draft_attention(self, i, x, m, tables, visible):
@@ -412,7 +406,7 @@ class MiniV41(torch.nn.Module):
         (bcos, bsin), (ccos, csin) = tables
         B, N = x.shape[:2]
         H, d, eps = c["num_attention_heads"], c["head_dim"], c["rms_norm_eps"]
-        qr = rms(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
+        qr = v41.rms_norm(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
         q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), bcos, bsin)
         kv = torch.cat([self.draft_keys(i, m, ccos, csin), self.draft_keys(i, x, bcos, bsin)], dim=1)
         logits = (torch.einsum("bnhd,btd->bhnt", q, kv) * d ** -0.5).masked_fill(~visible, -float("inf"))
@@ -427,7 +421,7 @@ class MiniV41(torch.nn.Module):
     def draft_heads(self, hpre, prev):
         """Markov logits [.., V] and confidence logits [..] of rows hpre given previous tokens."""
         c, last = self.c, f"mtp.{self.c['num_nextn_predict_layers'] - 1}."
-        h = rms(hpre, self.p(last + "norm.weight"), c["rms_norm_eps"])
+        h = v41.rms_norm(hpre, self.p(last + "norm.weight"), c["rms_norm_eps"])
         base = h @ self.p("lm_head.weight").detach().t()
         e = self.p(last + "markov_head.embed.weight")[prev]
         logits = base.float() + (e @ self.p(last + "markov_head.head.weight").t()).float()

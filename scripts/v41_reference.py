@@ -60,6 +60,7 @@ MIN_TOPK_GAP = 1e-4
 # Numerics: RMSNorm, RoPE (incl. YaRN), fake quantization.
 
 def rms_norm(x, weight, eps):
+    x = x.float()  # fp32 also when a caller's product ran under autocast
     y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return y if weight is None else y * weight
 
