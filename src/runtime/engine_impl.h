@@ -120,8 +120,9 @@ private:
                                     std::span<const std::vector<float>> raw_logits) const;
     void record_verification(size_t drafts, size_t kept);
     bool speculates(const GenerationRequest& r) const;
-    void draft_with_model(const StepPlan& plan, const model::StepFeatures& features);
-    int draft_length(const StepPlan& plan) const;
+    // Returns the seconds drafting took.
+    double draft_with_model(const StepPlan& plan, const model::StepFeatures& features);
+    int draft_length(const StepPlan& plan, size_t sequences) const;
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);
@@ -146,6 +147,7 @@ private:
     model::DraftModel* draft_model_ = nullptr;  // the model's draft (--speculative dspark / mtp), run after each step
     StepCostModel step_cost_;                 // step time per token count (engine thread)
     AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
+    DraftCostModel draft_cost_;               // drafting time per draft length (engine thread)
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.

@@ -336,12 +336,14 @@ void EngineImpl::loop() {
             auto host_start = std::chrono::steady_clock::now();
             commit(*inflight, out);
             record_prefixes(*inflight, true);
-            if (draft_model_) draft_with_model(*inflight, out.features);  // the executor is idle until the next launch
+            // The executor is idle until the next launch.
+            double drafting = draft_model_ ? draft_with_model(*inflight, out.features) : 0.0;
             // A step with drafts waits for this host work before the next one starts (no planning
-            // ahead): its verification and the next drafts are part of what the step costs.
+            // ahead): its verification is part of what the step costs. Drafting is not: its cost
+            // depends on the draft length, which the draft cost model prices.
             bool drafted = std::any_of(inflight->chunks.begin(), inflight->chunks.end(),
                                        [](const ScheduledChunk& c) { return c.seq->speculative; });
-            double host = drafted ? seconds_between(host_start, std::chrono::steady_clock::now()) : 0.0;
+            double host = drafted ? seconds_between(host_start, std::chrono::steady_clock::now()) - drafting : 0.0;
             step_cost_.record(inflight->num_tokens(), out.seconds + host);
         } catch (const std::exception& e) {
             record_prefixes(*inflight, false);

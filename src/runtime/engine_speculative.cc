@@ -15,6 +15,7 @@
 // computed as far as the sequence knows (num_computed stops before them), and the cache's ring and
 // carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/cpu/cpu_sampler.h"
 #include "runtime/engine_impl.h"
@@ -99,11 +100,12 @@ void EngineImpl::record_verification(size_t drafts, size_t kept) {
     if (trace_.enabled()) trace_.counter("drafts kept", static_cast<double>(kept));
 }
 
-// How many tokens the draft model proposes after `plan`: a draft step costs whether or not the
-// planner verifies its token, so under confidence scheduling one more than the longest draft
-// the plan verified (the planner's capacity of one step before, as DSpark schedules capacity from
-// old confidences), else num_draft_tokens.
-int EngineImpl::draft_length(const StepPlan& plan) const {
+// How many tokens the draft model proposes for `sequences` anchors after `plan`. Under confidence
+// scheduling: the length with the most expected tokens per second of the next step plus its
+// drafting (both measured; the kept share per position from the verifications so far), and at
+// most one more than the longest draft the plan verified (the planner's capacity of one step
+// before, as DSpark schedules capacity from old confidences). Else num_draft_tokens.
+int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) const {
     int most = config_.speculative.num_draft_tokens;
     if (config_.speculative.verify != "confidence") return most;
     size_t verified = 0;
@@ -112,14 +114,17 @@ int EngineImpl::draft_length(const StepPlan& plan) const {
         verified = std::max(verified, c.draft.size());
         drafted = drafted || c.seq->drafted_for == static_cast<int64_t>(c.start + 1);  // it had drafts to verify
     }
-    return drafted ? std::min(most, static_cast<int>(verified) + 1) : most;
+    if (drafted) most = std::min(most, static_cast<int>(verified) + 1);
+    std::vector<double> kept(static_cast<size_t>(most));
+    for (int j = 0; j < most; ++j) kept[j] = acceptance_.confidence(j);
+    return plan_draft_length(kept, static_cast<int64_t>(sequences), step_cost_, draft_cost_);
 }
 
 // A draft model (DSpark, MTP), after a step: the features of the positions each speculating
 // sequence just committed join the draft's context, then every sequence about to decode gets a
 // draft from its last token. A sequence whose context has a gap (admitted with a cached prefix,
 // features trimmed by bounded replay, a new cache state) drafts from what it has since.
-void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatures& features) {
+double EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatures& features) {
     std::vector<model::DraftCommit> commits;
     for (size_t i = 0; i < plan.chunks.size() && i < features.seqs.size(); ++i) {
         const ScheduledChunk& c = plan.chunks[i];
@@ -157,13 +162,18 @@ void EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeature
                            sample_row_of(p, s.seed ^ kDraftSeedSalt, 0)});
         drafting.push_back(&s);
     }
-    std::vector<model::DraftProposal> proposals = draft_model_->draft(features, commits, anchors, draft_length(plan), *cache_);
+    int length = draft_length(plan, anchors.size());
+    auto start = std::chrono::steady_clock::now();
+    std::vector<model::DraftProposal> proposals = draft_model_->draft(features, commits, anchors, length, *cache_);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!anchors.empty()) draft_cost_.record(length, seconds);
     for (size_t k = 0; k < drafting.size(); ++k) {
         drafting[k]->model_draft = std::move(proposals[k].tokens);
         drafting[k]->model_confidence = std::move(proposals[k].confidence);
         drafting[k]->model_draft_logits = std::move(proposals[k].logits);
         drafting[k]->drafted_for = static_cast<int64_t>(drafting[k]->tokens.size());
     }
+    return seconds;
 }
 
 }  // namespace deepinfer::runtime

@@ -133,6 +133,63 @@ TEST(VerifyPlanner, PicksTheBestOrderedPrefixOfDrafts) {
     }
 }
 
+TEST(DraftCostModel, MeasuredLengthsInterpolatedAndExtrapolatedAlongTheNearestLine) {
+    runtime::DraftCostModel m;
+    EXPECT_FALSE(m.ready());
+    m.record(3, 4.0);
+    ASSERT_TRUE(m.ready());
+    EXPECT_DOUBLE_EQ(m.seconds(3), 4.0);
+    EXPECT_DOUBLE_EQ(m.seconds(1), 2.0);  // one length known: proportional to K + 1
+    EXPECT_DOUBLE_EQ(m.seconds(7), 8.0);
+    m.record(1, 3.0);                     // now a line through (1, 3) and (3, 4)
+    EXPECT_DOUBLE_EQ(m.seconds(2), 3.5);
+    EXPECT_DOUBLE_EQ(m.seconds(0), 2.5);
+    EXPECT_DOUBLE_EQ(m.seconds(7), 6.0);
+    m.record(5, 4.0);                     // flat beyond 3: the nearest two points decide
+    EXPECT_DOUBLE_EQ(m.seconds(8), 4.0);
+    m.record(5, 9.0);                     // a moving average: 0.8 * 4 + 0.2 * 9
+    EXPECT_DOUBLE_EQ(m.seconds(5), 5.0);
+}
+
+// The chosen length against every length's expected tokens per second, computed here from the
+// same costs; a drafter whose cost grows with K drafts less than one whose cost does not.
+TEST(DraftLengthPlanner, PicksTheLengthWithTheMostExpectedTokensPerSecond) {
+    std::mt19937 rng(5);
+    int shorter = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+        runtime::StepCostModel step;
+        double fixed = 1.0 + rng() % 5, per_token = (rng() % 3) * 0.05;
+        for (int b = 1; b <= 80; ++b) step.record(b, fixed + per_token * b), step.record(b, fixed + per_token * b);
+        std::vector<double> conf(1 + rng() % 7);
+        for (auto& x : conf) x = std::uniform_real_distribution<double>(0.05, 1.0)(rng);
+        int64_t n = 1 + rng() % 8;
+        double base = 0.1 * (rng() % 10), per_position = 0.1 * (1 + rng() % 10);
+        runtime::DraftCostModel sequential, parallel;
+        for (int k = 0; k <= static_cast<int>(conf.size()); ++k)
+            sequential.record(k, base + per_position * k), parallel.record(k, base + per_position);
+        auto rate = [&](const runtime::DraftCostModel& draft, int k) {
+            double kept = 1.0, a = 1.0;
+            for (int j = 0; j < k; ++j) kept += (a *= conf[j]);
+            return n * kept / (step.seconds(n * (1 + k)) + draft.seconds(k));
+        };
+        for (const auto* draft : {&sequential, &parallel}) {
+            int k = runtime::plan_draft_length(conf, n, step, *draft);
+            ASSERT_GE(k, 0);
+            ASSERT_LE(k, static_cast<int>(conf.size()));
+            for (int other = 0; other <= static_cast<int>(conf.size()); ++other)
+                EXPECT_GE(rate(*draft, k), rate(*draft, other) * (1 - 1e-12)) << "trial " << trial << " K " << k;
+        }
+        int ks = runtime::plan_draft_length(conf, n, step, sequential), kp = runtime::plan_draft_length(conf, n, step, parallel);
+        EXPECT_LE(ks, kp) << "trial " << trial;
+        shorter += ks < kp;
+    }
+    EXPECT_GT(shorter, 30);  // the cost term matters in a good share of the cases
+    runtime::StepCostModel unmeasured;
+    runtime::DraftCostModel draft;
+    draft.record(2, 1.0);
+    EXPECT_EQ(runtime::plan_draft_length({0.1, 0.1, 0.1}, 4, unmeasured, draft), 3);  // all until measured
+}
+
 // The chi-square quantile at upper tail `z` standard deviations (Wilson-Hilferty).
 double chi_square_quantile(int df, double z) {
     double v = 2.0 / (9.0 * df);

@@ -37,6 +37,44 @@ double AcceptanceModel::confidence(int position) const {
     return (static_cast<double>(kept_[position]) + 1.0) / (static_cast<double>(reached_[position]) + 2.0);
 }
 
+void DraftCostModel::record(int length, double seconds) {
+    size_t at = static_cast<size_t>(std::max(length, 0));
+    if (average_.size() <= at) average_.resize(at + 1, -1.0);
+    if (average_[at] < 0) {
+        average_[at] = seconds;
+        measured_.insert(std::upper_bound(measured_.begin(), measured_.end(), length), length);
+    } else {
+        average_[at] = 0.8 * average_[at] + 0.2 * seconds;
+    }
+}
+
+double DraftCostModel::seconds(int length) const {
+    auto above = std::lower_bound(measured_.begin(), measured_.end(), length);
+    if (above != measured_.end() && *above == length) return average_[length];
+    auto line = [&](int x0, int x1) {  // through the measured x0 < x1, never falling
+        double slope = std::max(0.0, (average_[x1] - average_[x0]) / (x1 - x0));
+        return std::max(0.0, average_[x0] + slope * (length - x0));
+    };
+    if (measured_.size() == 1) return average_[measured_[0]] * (length + 1) / (measured_[0] + 1);
+    if (above == measured_.begin()) return line(measured_[0], measured_[1]);
+    if (above == measured_.end()) return line(measured_[measured_.size() - 2], measured_.back());
+    return line(*(above - 1), *above);
+}
+
+int plan_draft_length(const std::vector<double>& confidences, int64_t sequences, const StepCostModel& step,
+                      const DraftCostModel& draft) {
+    int most = static_cast<int>(confidences.size());
+    if (!step.ready() || !draft.ready() || sequences <= 0) return most;
+    double n = static_cast<double>(sequences), kept = 1.0, a = 1.0, best_rate = 0.0;
+    int best = 0;
+    for (int k = 0; k <= most; ++k) {
+        if (k > 0) kept += (a *= confidences[k - 1]);
+        double rate = n * kept / (step.seconds(sequences * (1 + k)) + draft.seconds(k));
+        if (rate > best_rate) best_rate = rate, best = k;  // ties: the shorter draft
+    }
+    return best;
+}
+
 std::vector<int> plan_verify_lengths(const std::vector<std::vector<double>>& confidences, int64_t base_rows,
                                      const StepCostModel& cost) {
     std::vector<int> lengths(confidences.size(), 0);

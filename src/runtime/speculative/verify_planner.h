@@ -42,6 +42,30 @@ private:
     std::vector<int64_t> reached_, kept_;
 };
 
+// Drafting time as a function of the draft length K (a draft model after a step, for all its
+// sequences): a moving average per K. A length not measured is interpolated between measured
+// ones, extrapolated along the line through the two nearest beyond them (never falling), and
+// with one length measured, taken as proportional to K + 1 (one draft step per position, the
+// step that takes the commits in included), which the measurements then correct.
+class DraftCostModel {
+public:
+    void record(int length, double seconds);
+    bool ready() const { return !measured_.empty(); }
+    double seconds(int length) const;  // ready() only
+
+private:
+    std::vector<double> average_;
+    std::vector<int> measured_;  // lengths with a sample, ascending
+};
+
+// The draft length (0..confidences.size()) for the next step of `sequences` decoding sequences:
+// drafting K costs draft.seconds(K), verifying them makes a step of sequences * (1 + K) tokens,
+// and a sequence keeps 1 + sum over j < K of a_j tokens (a_j: the product of confidences[0..j]).
+// The K with the most expected tokens per second of step plus drafting; all of them until both
+// costs are measured.
+int plan_draft_length(const std::vector<double>& confidences, int64_t sequences, const StepCostModel& step,
+                      const DraftCostModel& draft);
+
 // The verify length of each sequence (at most confidences[r].size()): `base_rows` tokens are in the
 // step whatever is chosen (one per decoding sequence, plus prefill), confidences[r][j] is the
 // chance draft j of sequence r is kept once its predecessors were.
