@@ -122,7 +122,7 @@ private:
     bool speculates(const GenerationRequest& r) const;
     // Returns the seconds drafting took.
     double draft_with_model(const StepPlan& plan, const model::StepFeatures& features);
-    int draft_length(const StepPlan& plan, size_t sequences) const;
+    int draft_length(const StepPlan& plan, size_t sequences);
     void finish_done_requests();
     void publish_stats();
     void fail_everything(const std::string& message);
@@ -148,6 +148,8 @@ private:
     StepCostModel step_cost_;                 // step time per token count (engine thread)
     AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
     DraftCostModel draft_cost_;               // drafting time per draft length (engine thread)
+    static constexpr int64_t kExploreEvery = 8;  // draft lengths: one choice in this many tries a neighbour
+    int64_t draft_choices_ = 0;
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.

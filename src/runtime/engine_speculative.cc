@@ -105,7 +105,7 @@ void EngineImpl::record_verification(size_t drafts, size_t kept) {
 // drafting (both measured; the kept share per position from the verifications so far), and at
 // most one more than the longest draft the plan verified (the planner's capacity of one step
 // before, as DSpark schedules capacity from old confidences). Else num_draft_tokens.
-int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) const {
+int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) {
     int most = config_.speculative.num_draft_tokens;
     if (config_.speculative.verify != "confidence") return most;
     size_t verified = 0;
@@ -117,7 +117,11 @@ int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) const {
     if (drafted) most = std::min(most, static_cast<int>(verified) + 1);
     std::vector<double> kept(static_cast<size_t>(most));
     for (int j = 0; j < most; ++j) kept[j] = acceptance_.confidence(j);
-    return plan_draft_length(kept, static_cast<int64_t>(sequences), step_cost_, draft_cost_);
+    int length = plan_draft_length(kept, static_cast<int64_t>(sequences), step_cost_, draft_cost_);
+    // Now and then a neighbouring length, so that the costs of lengths not chosen stay measured
+    // (a stale estimate, say from the first cold steps, would otherwise never be corrected).
+    if (++draft_choices_ % kExploreEvery == 0) length += (draft_choices_ / kExploreEvery) % 2 == 0 ? 1 : -1;
+    return std::clamp(length, 0, most);
 }
 
 // A draft model (DSpark, MTP), after a step: the features of the positions each speculating
