@@ -148,7 +148,7 @@ private:
     StepCostModel step_cost_;                 // step time per token count (engine thread)
     AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
     DraftCostModel draft_cost_;               // drafting time per draft length (engine thread)
-    static constexpr int64_t kExploreEvery = 8;  // draft lengths: one choice in this many tries a neighbour
+    static constexpr int64_t kExploreEvery = 8;  // draft lengths: one choice in this many tries another
     int64_t draft_choices_ = 0;
     int64_t max_model_len_ = 0;
 

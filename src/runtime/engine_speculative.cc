@@ -118,10 +118,10 @@ int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) {
     std::vector<double> kept(static_cast<size_t>(most));
     for (int j = 0; j < most; ++j) kept[j] = acceptance_.confidence(j);
     int length = plan_draft_length(kept, static_cast<int64_t>(sequences), step_cost_, draft_cost_);
-    // Now and then a neighbouring length, so that the costs of lengths not chosen stay measured
+    // Now and then each other length in turn, so that the costs of lengths not chosen stay measured
     // (a stale estimate, say from the first cold steps, would otherwise never be corrected).
-    if (++draft_choices_ % kExploreEvery == 0) length += (draft_choices_ / kExploreEvery) % 2 == 0 ? 1 : -1;
-    return std::clamp(length, 0, most);
+    if (++draft_choices_ % kExploreEvery == 0) length = static_cast<int>((draft_choices_ / kExploreEvery) % (most + 1));
+    return length;
 }
 
 // A draft model (DSpark, MTP), after a step: the features of the positions each speculating
@@ -170,7 +170,12 @@ double EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatu
     auto start = std::chrono::steady_clock::now();
     std::vector<model::DraftProposal> proposals = draft_model_->draft(features, commits, anchors, length, *cache_);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!anchors.empty()) draft_cost_.record(length, seconds);
+    // Only calls that took in decode commits (each sequence's kept drafts and one more) price a
+    // length: a prompt's rows through the draft cost what its length says, not the draft length.
+    size_t committed = 0;
+    for (const model::DraftCommit& dc : commits) committed += static_cast<size_t>(dc.rows.num_tokens);
+    size_t per_sequence = static_cast<size_t>(config_.speculative.num_draft_tokens) + 1;
+    if (!anchors.empty() && committed <= anchors.size() * per_sequence) draft_cost_.record(length, seconds);
     for (size_t k = 0; k < drafting.size(); ++k) {
         drafting[k]->model_draft = std::move(proposals[k].tokens);
         drafting[k]->model_confidence = std::move(proposals[k].confidence);

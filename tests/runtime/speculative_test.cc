@@ -92,6 +92,21 @@ TEST(StepCostModel, MeasuredCountsInterpolatedBetweenAndFlatAbove) {
     EXPECT_DOUBLE_EQ(m.seconds(6), 5.0);
 }
 
+// An average measured every step moves slowly; one not measured for long takes its next sample
+// almost whole (a count or length the planner seldom chooses must not keep a cold estimate).
+TEST(StepCostModel, ASeldomMeasuredCountTakesMostOfItsNextSample) {
+    runtime::StepCostModel step;
+    runtime::DraftCostModel draft;
+    step.record(2, 1.0), step.record(2, 1.0), draft.record(1, 1.0);
+    step.record(2, 2.0), draft.record(1, 2.0);
+    EXPECT_NEAR(step.seconds(2), 1.1, 1e-12);  // measured just before: 10% of the new sample
+    EXPECT_NEAR(draft.seconds(1), 1.2, 1e-12);
+    for (int i = 0; i < 60; ++i) step.record(9, 5.0), draft.record(4, 5.0);
+    step.record(2, 3.0), draft.record(1, 3.0);
+    EXPECT_NEAR(step.seconds(2), 3.0, 0.01);
+    EXPECT_NEAR(draft.seconds(1), 3.0, 0.01);
+}
+
 // Brute force over every per-sequence length: the plan's expected tokens per second is the best
 // among the plans that admit drafts in order of their chance (Algorithm 1's search space).
 TEST(VerifyPlanner, PicksTheBestOrderedPrefixOfDrafts) {

@@ -1,15 +1,27 @@
 #include "runtime/speculative/verify_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 namespace deepinfer::runtime {
 
+// A moving average whose new sample weighs 1 - keep^age, `age` the records (of any count) since
+// this entry's last: an entry measured every time moves by 1 - keep per sample, one not measured
+// for long (a length the planner seldom chooses) is mostly replaced by its fresh sample.
+static double blend(double average, double sample, double keep, int64_t age) {
+    double weight = 1.0 - std::pow(keep, static_cast<double>(std::max<int64_t>(age, 1)));
+    return average + weight * (sample - average);
+}
+
 void StepCostModel::record(int64_t tokens, double seconds) {
     size_t at = static_cast<size_t>(std::clamp<int64_t>(tokens, 1, kMaxTokens));
     if (average_.size() <= at) average_.resize(at + 1), samples_.resize(at + 1);
+    if (updated_.size() <= at) updated_.resize(at + 1);
     int& n = samples_[at];
-    average_[at] = n == 0 ? seconds : 0.9 * average_[at] + 0.1 * seconds;  // recent steps weigh most
+    ++records_;
+    average_[at] = n == 0 ? seconds : blend(average_[at], seconds, 0.9, records_ - updated_[at]);
+    updated_[at] = records_;
     if (++n == kMinSamples) ++measured_;
 }
 
@@ -40,12 +52,15 @@ double AcceptanceModel::confidence(int position) const {
 void DraftCostModel::record(int length, double seconds) {
     size_t at = static_cast<size_t>(std::max(length, 0));
     if (average_.size() <= at) average_.resize(at + 1, -1.0);
+    if (updated_.size() <= at) updated_.resize(at + 1);
+    ++records_;
     if (average_[at] < 0) {
         average_[at] = seconds;
         measured_.insert(std::upper_bound(measured_.begin(), measured_.end(), length), length);
     } else {
-        average_[at] = 0.8 * average_[at] + 0.2 * seconds;
+        average_[at] = blend(average_[at], seconds, 0.8, records_ - updated_[at]);
     }
+    updated_[at] = records_;
 }
 
 double DraftCostModel::seconds(int length) const {

@@ -14,7 +14,8 @@ namespace deepinfer::runtime {
 // Step time as a function of the tokens a step computes (1 / SPS(B)), measured on the running
 // engine: a moving average per token count. A count not measured yet is interpolated between
 // the nearest measured ones, and above the largest below it costs what that one costs (an
-// optimistic guess, so that larger verify batches get tried and measured).
+// optimistic guess, so that larger verify batches get tried and measured). An average seldom
+// updated takes most of its next sample (see blend in the .cc).
 class StepCostModel {
 public:
     void record(int64_t tokens, double seconds);
@@ -26,6 +27,8 @@ private:
     static constexpr int kMinSamples = 2;
     std::vector<double> average_;
     std::vector<int> samples_;
+    std::vector<int64_t> updated_;  // per count: records_ at its last sample
+    int64_t records_ = 0;
     int measured_ = 0;  // token counts with kMinSamples samples
 };
 
@@ -43,7 +46,7 @@ private:
 };
 
 // Drafting time as a function of the draft length K (a draft model after a step, for all its
-// sequences): a moving average per K. A length not measured is interpolated between measured
+// sequences): a moving average per K, like StepCostModel's. A length not measured is interpolated between measured
 // ones, extrapolated along the line through the two nearest beyond them (never falling), and
 // with one length measured, taken as proportional to K + 1 (one draft step per position, the
 // step that takes the commits in included), which the measurements then correct.
@@ -55,6 +58,8 @@ public:
 
 private:
     std::vector<double> average_;
+    std::vector<int64_t> updated_;  // per length: records_ at its last sample
+    int64_t records_ = 0;
     std::vector<int> measured_;  // lengths with a sample, ascending
 };
 
