@@ -60,7 +60,6 @@ std::vector<DraftProposal> DeepseekV4Model::draft(const StepFeatures& features, 
     Tensor streams = backend_.empty(DType::kF32, {m, hc * D});
     backend_.gather_rows(features.rows, upload_i32(feature_rows, backend_), streams);
     streams = streams.reshape({m, hc, D});
-    Tensor logits = mtp_forward(rows, streams, *cache);
     std::vector<int32_t> last;  // per anchor: its last committed row
     for (const DraftAnchor& a : anchors) {
         auto it = std::find_if(rows.seqs.begin(), rows.seqs.end(), [&](const kernels::SeqSlice& s) {
@@ -70,10 +69,11 @@ std::vector<DraftProposal> DeepseekV4Model::draft(const StepFeatures& features, 
         last.push_back(it->token_begin + it->num_tokens - 1);
     }
     int64_t S = static_cast<int64_t>(anchors.size());
-    if (S == 0 || max_tokens <= 0) return out;
+    if (S == 0 || max_tokens <= 0) last.clear();  // the ring takes the commits; no logits wanted
+    Tensor step_logits = mtp_forward(rows, streams, *cache, &last);
+    if (last.empty()) return out;
     Tensor last_rows = upload_i32(last, backend_);
-    Tensor step_logits = backend_.empty(DType::kF32, {S, cfg_.vocab_size}), step_streams = backend_.empty(DType::kF32, {S, hc, D});
-    backend_.gather_rows(logits, last_rows, step_logits);
+    Tensor step_streams = backend_.empty(DType::kF32, {S, hc, D});
     backend_.gather_rows(streams, last_rows, step_streams);
     std::vector<int32_t> prev(S);
     choose_draft_tokens(backend_, anchors, 0, step_logits, prev, out);
