@@ -12,6 +12,7 @@
 #include "deepinfer/engine.h"
 #include "kernels/backend.h"
 #include "model/archs/deepseek_v4.h"
+#include "model/archs/step_inputs.h"
 #include "runtime/sequence_logits.h"
 #include "tests/test_util.h"
 
@@ -158,20 +159,19 @@ TEST(DeepinferNano, MtpHeadAccuracyEqualsHf) {
             model::Batch heads;
             heads.append(x, at + 1, heads_count, state);
             heads.seqs.back().start_pos = at;
-            Tensor target_streams = f.rows.rows(0, heads_count).reshape({heads_count, m.config().hc_mult, m.config().hidden_size});
-            Tensor streams = target_streams;
+            Tensor streams = f.rows.rows(0, heads_count).reshape({heads_count, m.config().hc_mult, m.config().hidden_size});
             Tensor logits = m.mtp_forward(heads, streams, dynamic_cast<model::HybridCache&>(*cache));
             std::vector<float> host(static_cast<size_t>(heads_count) * vocab);
             backend->download(logits, host.data());
-            if (s == 0 && at == 0) {  // the same rows again, logits of two of them only (as drafting asks)
+            if (s == 0 && at == 0) {  // logits of two rows' block streams only (as drafting asks)
                 std::vector<int32_t> picked = {heads_count - 1, heads_count / 3};
-                Tensor again = target_streams;
-                Tensor some = m.mtp_forward(heads, again, dynamic_cast<model::HybridCache&>(*cache), &picked);
-                std::vector<float> some_host(2 * static_cast<size_t>(vocab));
-                backend->download(some, some_host.data());
+                Tensor rows = backend->empty(DType::kF32, {2, m.config().hc_mult, m.config().hidden_size});
+                backend->gather_rows(streams, model::upload_i32(picked, *backend), rows);
+                std::vector<float> some(2 * static_cast<size_t>(vocab));
+                backend->download(m.mtp_logits(rows), some.data());
                 for (size_t k = 0; k < picked.size(); ++k)
                     for (int64_t v = 0; v < vocab; ++v)
-                        ASSERT_NEAR(some_host[k * vocab + v], host[picked[k] * vocab + v], 1e-4)  // a GPU GEMM may tile 2 rows differently
+                        ASSERT_NEAR(some[k * vocab + v], host[picked[k] * vocab + v], 1e-4)  // a GPU GEMM may tile 2 rows differently
                             << "row " << picked[k] << " id " << v;
             }
             for (int64_t t = 0; t < heads_count; ++t) {

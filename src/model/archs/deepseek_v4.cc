@@ -124,8 +124,12 @@ Tensor DeepseekV4Model::forward_described(const Batch& step, HybridCache& cache)
     return logits;
 }
 
-Tensor DeepseekV4Model::mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache,
-                                    const std::vector<int32_t>* logit_rows) {
+Tensor DeepseekV4Model::mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache) {
+    mtp_block(rows, streams, cache);
+    return mtp_logits(streams);
+}
+
+void DeepseekV4Model::mtp_block(const Batch& rows, Tensor& streams, HybridCache& cache) {
     int64_t n = static_cast<int64_t>(rows.token_ids.size()), hc = cfg_.hc_mult, D = cfg_.hidden_size;
     float eps = cfg_.rms_norm_eps;
     StepTensors st{rows};
@@ -152,16 +156,13 @@ Tensor DeepseekV4Model::mtp_forward(const Batch& rows, Tensor& streams, HybridCa
     attention_block(cfg_.num_hidden_layers, st, cache);
     ffn_block(cfg_.num_hidden_layers, st);
     streams = st.streams;
-    Tensor heads = st.streams;
-    if (logit_rows != nullptr) {
-        if (logit_rows->empty()) return Tensor{};
-        heads = backend_.empty(DType::kF32, {static_cast<int64_t>(logit_rows->size()), hc, D});
-        backend_.gather_rows(st.streams, upload_i32(*logit_rows, backend_), heads);
-    }
-    int64_t m = heads.dim(0);
+}
+
+Tensor DeepseekV4Model::mtp_logits(const Tensor& streams) {
+    int64_t m = streams.dim(0), D = cfg_.hidden_size;
     Tensor x = backend_.empty(DType::kF32, {m, D});
-    backend_.hc_head(heads, mtp_->hc_head.fn, mtp_->hc_head.base, mtp_->hc_head.scale, mhc_params(), x);
-    backend_.rms_norm(x, &mtp_->norm, eps, x);
+    backend_.hc_head(streams, mtp_->hc_head.fn, mtp_->hc_head.base, mtp_->hc_head.scale, mhc_params(), x);
+    backend_.rms_norm(x, &mtp_->norm, cfg_.rms_norm_eps, x);
     Tensor logits = backend_.empty(DType::kF32, {m, cfg_.vocab_size});
     backend_.matmul(x, w_.head, logits);
     return logits;

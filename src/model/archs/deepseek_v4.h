@@ -52,13 +52,14 @@ public:
     StepFeatures step_features() const override { return features_; }
     std::vector<DraftProposal> draft(const StepFeatures& features, std::span<const DraftCommit> commits,
                                      std::span<const DraftAnchor> anchors, int max_tokens, SequenceCache& cache) override;
-    // The MTP head over `rows` (token_ids = each position's next token); `streams` [n, hc, D] goes
-    // in (the target's, or the previous draft step's) and comes out as the block's. Logits [n, V],
-    // or only those of the rows in `logit_rows` (none when it is empty): the vocabulary
-    // product is most of a head step, and the committed positions before an anchor's last one
-    // need only their ring rows.
-    Tensor mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache,
-                       const std::vector<int32_t>* logit_rows = nullptr);
+    // The MTP head over `rows` (token_ids = each position's next token): logits [n, V]; `streams`
+    // [n, hc, D] goes in (the target's, or the previous draft step's) and comes out as the block's.
+    Tensor mtp_forward(const Batch& rows, Tensor& streams, HybridCache& cache);
+    // Its two halves: the block (its ring takes the rows; `streams` in and out as above), and the
+    // logits [m, V] of block streams [m, hc, D] (drafting wants them only for each anchor's last
+    // committed row: the vocabulary product is most of a head step).
+    void mtp_block(const Batch& rows, Tensor& streams, HybridCache& cache);
+    Tensor mtp_logits(const Tensor& streams);
     // The mHC weights that make hc_post add one vector to every stream, for n rows.
     std::pair<Tensor, Tensor> mtp_broadcast_mix(int64_t n);
 

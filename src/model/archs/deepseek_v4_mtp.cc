@@ -69,12 +69,11 @@ std::vector<DraftProposal> DeepseekV4Model::draft(const StepFeatures& features, 
         last.push_back(it->token_begin + it->num_tokens - 1);
     }
     int64_t S = static_cast<int64_t>(anchors.size());
-    if (S == 0 || max_tokens <= 0) last.clear();  // the ring takes the commits; no logits wanted
-    Tensor step_logits = mtp_forward(rows, streams, *cache, &last);
-    if (last.empty()) return out;
-    Tensor last_rows = upload_i32(last, backend_);
+    mtp_block(rows, streams, *cache);  // the ring takes the commits
+    if (S == 0 || max_tokens <= 0) return out;
     Tensor step_streams = backend_.empty(DType::kF32, {S, hc, D});
-    backend_.gather_rows(streams, last_rows, step_streams);
+    backend_.gather_rows(streams, upload_i32(last, backend_), step_streams);
+    Tensor step_logits = mtp_logits(step_streams);
     std::vector<int32_t> prev(S);
     choose_draft_tokens(backend_, anchors, 0, step_logits, prev, out);
     for (int k = 1; k < max_tokens; ++k) {  // draft k + 1 from draft k at the position after the last
