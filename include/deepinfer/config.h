@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace deepinfer {
 
@@ -131,6 +132,9 @@ struct SpeculativeConfig {
     std::shared_ptr<const runtime::Drafter> drafter;
     // Tests only: keep every draft without checking it (a broken acceptance rule).
     bool test_accept_unchecked = false;
+    // Tests only: a draft model's draft lengths in turn instead of the planner's (-1: the draft
+    // model rests, skipping the step's commits).
+    std::vector<int> test_draft_lengths;
     bool enabled() const { return drafter || (!method.empty() && method != "off"); }
 };
 

@@ -148,8 +148,17 @@ private:
     StepCostModel step_cost_;                 // step time per token count (engine thread)
     AcceptanceModel acceptance_;              // drafts kept per position (engine thread)
     DraftCostModel draft_cost_;               // drafting time per draft length (engine thread)
-    static constexpr int64_t kExploreEvery = 8;  // draft lengths: one choice in this many tries another
+    static constexpr int64_t kExploreEvery = 16;  // draft lengths: one choice in this many tries another
     int64_t draft_choices_ = 0;
+    // The draft model rests (is not run, its contexts lapse) after this many choices of length 0
+    // in a row, until a length pays again; drafts made with less context than kWarmContext
+    // positions (just after a rest) do not count towards the acceptance per position.
+    static constexpr int64_t kRestAfter = 32;
+    static constexpr int64_t kRestExploreFactor = 4;  // while resting, explore this many times less often
+    static constexpr int64_t kWarmContext = 16;
+    static constexpr int kRest = -1;  // draft_length: do not run the draft model
+    int64_t zero_lengths_ = 0;  // choices of length 0 in a row
+    bool draft_resting_ = false;
     int64_t max_model_len_ = 0;
 
     // Inbox (any thread) -> engine thread.

@@ -40,7 +40,10 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
         else if (!raw_logits.empty()) kept = verify_with_distribution(c, samples, raw_logits);
         else
             while (kept < drafts && samples[kept].token == c.draft[kept]) ++kept;
-        acceptance_.record(static_cast<int>(drafts), static_cast<int>(kept));
+        // A draft model's drafts from a context that just restarted (after a rest) are kept far
+        // less often than usual; counting them would make drafting look worse than it is.
+        bool cold = s.drafted_for == c.start + 1 && c.start - s.draft_context_from < kWarmContext;
+        if (!cold) acceptance_.record(static_cast<int>(drafts), static_cast<int>(kept));
     }
     s.num_computed += static_cast<int64_t>(kept) + 1;  // the sequence's last token and the kept drafts
     record_verification(drafts, kept);
@@ -104,9 +107,13 @@ void EngineImpl::record_verification(size_t drafts, size_t kept) {
 // scheduling: the length with the most expected tokens per second of the next step plus its
 // drafting (both measured; the kept share per position from the verifications so far), and at
 // most one more than the longest draft the plan verified (the planner's capacity of one step
-// before, as DSpark schedules capacity from old confidences). Else num_draft_tokens.
+// before, as DSpark schedules capacity from old confidences). After kRestAfter choices of 0 in a
+// row (drafting does not pay, say under heavy load) kRest: the draft model rests until a length
+// pays against not drafting at all. Else num_draft_tokens.
 int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) {
     int most = config_.speculative.num_draft_tokens;
+    if (const auto& forced = config_.speculative.test_draft_lengths; !forced.empty())
+        return forced[static_cast<size_t>(draft_choices_++ % static_cast<int64_t>(forced.size()))];
     if (config_.speculative.verify != "confidence") return most;
     size_t verified = 0;
     bool drafted = false;
@@ -117,10 +124,24 @@ int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) {
     if (drafted) most = std::min(most, static_cast<int>(verified) + 1);
     std::vector<double> kept(static_cast<size_t>(most));
     for (int j = 0; j < most; ++j) kept[j] = acceptance_.confidence(j);
-    int length = plan_draft_length(kept, static_cast<int64_t>(sequences), step_cost_, draft_cost_);
+    int length = plan_draft_length(kept, static_cast<int64_t>(sequences), step_cost_, draft_cost_, draft_resting_);
+    if (draft_resting_) {
+        // Seldom exploring while resting (a draft then starts from a lapsed context), only so that
+        // the step costs of drafting stay measured: a stale one, say from the first cold steps,
+        // could keep the model resting for good.
+        if (length == 0 && ++draft_choices_ % (kExploreEvery * kRestExploreFactor) != 0) return kRest;
+        if (length == 0) return 1 + static_cast<int>((draft_choices_ / (kExploreEvery * kRestExploreFactor)) % most);
+        draft_resting_ = false, zero_lengths_ = 0;
+    } else if (length == 0 && ++zero_lengths_ >= kRestAfter) {
+        draft_resting_ = true;
+        return kRest;
+    } else if (length > 0) {
+        zero_lengths_ = 0;
+    }
     // Now and then each other length in turn, so that the costs of lengths not chosen stay measured
     // (a stale estimate, say from the first cold steps, would otherwise never be corrected).
     if (++draft_choices_ % kExploreEvery == 0) length = static_cast<int>((draft_choices_ / kExploreEvery) % (most + 1));
+    if (trace_.enabled()) trace_.counter("draft length", length);
     return length;
 }
 
@@ -167,6 +188,12 @@ double EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatu
         drafting.push_back(&s);
     }
     int length = draft_length(plan, anchors.size());
+    if (length == kRest) {
+        // The draft context of every sequence whose commits the resting model skips restarts from
+        // its next commit once drafting resumes.
+        for (const ScheduledChunk& c : plan.chunks) c.seq->draft_context_end = -1;
+        return 0.0;
+    }
     auto start = std::chrono::steady_clock::now();
     std::vector<model::DraftProposal> proposals = draft_model_->draft(features, commits, anchors, length, *cache_);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -175,7 +202,7 @@ double EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatu
     size_t committed = 0;
     for (const model::DraftCommit& dc : commits) committed += static_cast<size_t>(dc.rows.num_tokens);
     size_t per_sequence = static_cast<size_t>(config_.speculative.num_draft_tokens) + 1;
-    if (!anchors.empty() && committed <= anchors.size() * per_sequence) draft_cost_.record(length, seconds);
+    if (!anchors.empty() && committed <= anchors.size() * per_sequence) draft_cost_.record(length, static_cast<int64_t>(anchors.size()), seconds);
     for (size_t k = 0; k < drafting.size(); ++k) {
         drafting[k]->model_draft = std::move(proposals[k].tokens);
         drafting[k]->model_confidence = std::move(proposals[k].confidence);

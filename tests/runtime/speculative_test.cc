@@ -78,7 +78,7 @@ TEST(SpeculativeConfig, UnknownOrMissingDraftersAreRefused) {
 
 // --- confidence-scheduled verification ------------------------------------------------------
 
-TEST(StepCostModel, MeasuredCountsInterpolatedBetweenAndFlatAbove) {
+TEST(StepCostModel, MeasuredCountsInterpolatedBetweenFlatAboveAndStaleWhenOld) {
     runtime::StepCostModel m;
     EXPECT_FALSE(m.ready());
     for (int i = 0; i < 3; ++i) m.record(1, 1.0), m.record(11, 3.0);
@@ -90,6 +90,11 @@ TEST(StepCostModel, MeasuredCountsInterpolatedBetweenAndFlatAbove) {
     EXPECT_DOUBLE_EQ(m.seconds(6), 2.0);
     m.record(6, 5.0);
     EXPECT_DOUBLE_EQ(m.seconds(6), 5.0);
+    // A count not measured for long is stale: the others decide (here: above 6, flat).
+    for (int i = 0; i < 600; ++i) m.record(1, 1.0), m.record(6, 5.0);
+    EXPECT_DOUBLE_EQ(m.seconds(11), 5.0);
+    m.record(11, 3.0);  // a fresh sample replaces a stale average almost whole
+    EXPECT_NEAR(m.seconds(11), 3.0, 1e-6);
 }
 
 // An average measured every step moves slowly; one not measured for long takes its next sample
@@ -97,14 +102,14 @@ TEST(StepCostModel, MeasuredCountsInterpolatedBetweenAndFlatAbove) {
 TEST(StepCostModel, ASeldomMeasuredCountTakesMostOfItsNextSample) {
     runtime::StepCostModel step;
     runtime::DraftCostModel draft;
-    step.record(2, 1.0), step.record(2, 1.0), draft.record(1, 1.0);
-    step.record(2, 2.0), draft.record(1, 2.0);
+    step.record(2, 1.0), step.record(2, 1.0), draft.record(1, 1, 1.0);
+    step.record(2, 2.0), draft.record(1, 1, 2.0);
     EXPECT_NEAR(step.seconds(2), 1.1, 1e-12);  // measured just before: 10% of the new sample
-    EXPECT_NEAR(draft.seconds(1), 1.2, 1e-12);
-    for (int i = 0; i < 60; ++i) step.record(9, 5.0), draft.record(4, 5.0);
-    step.record(2, 3.0), draft.record(1, 3.0);
+    EXPECT_NEAR(draft.seconds(1, 1), 1.2, 1e-12);
+    for (int i = 0; i < 60; ++i) step.record(9, 5.0), draft.record(4, 1, 5.0);
+    step.record(2, 3.0), draft.record(1, 1, 3.0);
     EXPECT_NEAR(step.seconds(2), 3.0, 0.01);
-    EXPECT_NEAR(draft.seconds(1), 3.0, 0.01);
+    EXPECT_NEAR(draft.seconds(1, 1), 3.0, 0.01);
 }
 
 // Brute force over every per-sequence length: the plan's expected tokens per second is the best
@@ -151,19 +156,32 @@ TEST(VerifyPlanner, PicksTheBestOrderedPrefixOfDrafts) {
 TEST(DraftCostModel, MeasuredLengthsInterpolatedAndExtrapolatedAlongTheNearestLine) {
     runtime::DraftCostModel m;
     EXPECT_FALSE(m.ready());
-    m.record(3, 4.0);
+    m.record(3, 1, 4.0);
     ASSERT_TRUE(m.ready());
-    EXPECT_DOUBLE_EQ(m.seconds(3), 4.0);
-    EXPECT_DOUBLE_EQ(m.seconds(1), 2.0);  // one length known: proportional to K + 1
-    EXPECT_DOUBLE_EQ(m.seconds(7), 8.0);
-    m.record(1, 3.0);                     // now a line through (1, 3) and (3, 4)
-    EXPECT_DOUBLE_EQ(m.seconds(2), 3.5);
-    EXPECT_DOUBLE_EQ(m.seconds(0), 2.5);
-    EXPECT_DOUBLE_EQ(m.seconds(7), 6.0);
-    m.record(5, 4.0);                     // flat beyond 3: the nearest two points decide
-    EXPECT_DOUBLE_EQ(m.seconds(8), 4.0);
-    m.record(5, 9.0);                     // a moving average: 0.8 * 4 + 0.2 * 9
-    EXPECT_DOUBLE_EQ(m.seconds(5), 5.0);
+    EXPECT_DOUBLE_EQ(m.seconds(3, 1), 4.0);
+    EXPECT_DOUBLE_EQ(m.seconds(1, 1), 2.0);  // one length known: proportional to K + 1
+    EXPECT_DOUBLE_EQ(m.seconds(7, 1), 8.0);
+    m.record(1, 1, 3.0);                     // now a line through (1, 3) and (3, 4)
+    EXPECT_DOUBLE_EQ(m.seconds(2, 1), 3.5);
+    EXPECT_DOUBLE_EQ(m.seconds(0, 1), 2.5);
+    EXPECT_DOUBLE_EQ(m.seconds(7, 1), 6.0);
+    m.record(5, 1, 4.0);                     // flat beyond 3: the nearest two points decide
+    EXPECT_DOUBLE_EQ(m.seconds(8, 1), 4.0);
+    m.record(5, 1, 9.0);                     // a moving average: 0.8 * 4 + 0.2 * 9
+    EXPECT_DOUBLE_EQ(m.seconds(5, 1), 5.0);
+}
+
+// The number of drafting sequences swings (prefills, finished requests): each power-of-two bucket
+// of it keeps its own costs, and one not measured borrows the nearest measured bucket's.
+TEST(DraftCostModel, CostsAreKeptPerNumberOfSequences) {
+    runtime::DraftCostModel m;
+    m.record(2, 50, 9.0);  // bucket 32..63
+    m.record(2, 5, 3.0);   // bucket 4..7
+    EXPECT_DOUBLE_EQ(m.seconds(2, 40), 9.0);
+    EXPECT_DOUBLE_EQ(m.seconds(2, 6), 3.0);
+    EXPECT_DOUBLE_EQ(m.seconds(2, 12), 3.0);   // 8..15: nearest is 4..7
+    EXPECT_DOUBLE_EQ(m.seconds(2, 200), 9.0);  // above every bucket: the largest
+    EXPECT_DOUBLE_EQ(m.seconds(5, 1), 6.0);    // below: the smallest, proportional to K + 1
 }
 
 // The chosen length against every length's expected tokens per second, computed here from the
@@ -181,11 +199,11 @@ TEST(DraftLengthPlanner, PicksTheLengthWithTheMostExpectedTokensPerSecond) {
         double base = 0.1 * (rng() % 10), per_position = 0.1 * (1 + rng() % 10);
         runtime::DraftCostModel sequential, parallel;
         for (int k = 0; k <= static_cast<int>(conf.size()); ++k)
-            sequential.record(k, base + per_position * k), parallel.record(k, base + per_position);
+            sequential.record(k, n, base + per_position * k), parallel.record(k, n, base + per_position);
         auto rate = [&](const runtime::DraftCostModel& draft, int k) {
             double kept = 1.0, a = 1.0;
             for (int j = 0; j < k; ++j) kept += (a *= conf[j]);
-            return n * kept / (step.seconds(n * (1 + k)) + draft.seconds(k));
+            return n * kept / (step.seconds(n * (1 + k)) + draft.seconds(k, n));
         };
         for (const auto* draft : {&sequential, &parallel}) {
             int k = runtime::plan_draft_length(conf, n, step, *draft);
@@ -201,8 +219,27 @@ TEST(DraftLengthPlanner, PicksTheLengthWithTheMostExpectedTokensPerSecond) {
     EXPECT_GT(shorter, 30);  // the cost term matters in a good share of the cases
     runtime::StepCostModel unmeasured;
     runtime::DraftCostModel draft;
-    draft.record(2, 1.0);
+    draft.record(2, 4, 1.0);
     EXPECT_EQ(runtime::plan_draft_length({0.1, 0.1, 0.1}, 4, unmeasured, draft), 3);  // all until measured
+}
+
+// Early in a busy run only the prompts' large steps are measured. A decode step's cost must not
+// be read off them as if verifying drafts were free (the largest draft length every time, which
+// made confidence scheduling the slowest mode at 64 concurrent requests); proportional pricing
+// drafts nothing until drafts are seen to pay.
+TEST(DraftLengthPlanner, DraftsAreNotFreeBeforeDecodeStepsAreMeasured) {
+    runtime::StepCostModel step;
+    step.record(2048, 0.08), step.record(2048, 0.08);  // prefill chunks only
+    runtime::DraftCostModel draft, flat_draft;
+    for (int k = 0; k <= 4; ++k) draft.record(k, 56, 0.002 + 0.002 * k), flat_draft.record(k, 56, 0.002);
+    EXPECT_DOUBLE_EQ(step.seconds(512), 0.02);
+    EXPECT_EQ(runtime::plan_draft_length({0.8, 0.6, 0.5, 0.4}, 56, step, draft), 0);
+    // A resting draft model costs nothing at length 0 (it does not even take the commits in).
+    EXPECT_EQ(runtime::plan_draft_length({0.8, 0.6, 0.5, 0.4}, 56, step, flat_draft, true), 0);
+    // Once decode steps show that verifying more tokens costs little (as on a GPU), drafts pay.
+    for (int i = 0; i < 2; ++i) step.record(56, 0.005), step.record(280, 0.005);
+    EXPECT_EQ(runtime::plan_draft_length({0.8, 0.6, 0.5, 0.4}, 56, step, flat_draft), 4);
+    EXPECT_EQ(runtime::plan_draft_length({0.8, 0.6, 0.5, 0.4}, 56, step, draft), 2);
 }
 
 // The chi-square quantile at upper tail `z` standard deviations (Wilson-Hilferty).
@@ -427,6 +464,7 @@ struct Setup {
     bool prefix_cache = true;
     int64_t cache_bytes = 64 << 20;
     bool unchecked = false;
+    std::vector<int> draft_lengths;  // a draft model's, in turn (-1: it rests)
 };
 
 Runs run(const Model& m, const Setup& s, uint64_t seed) {
@@ -440,6 +478,7 @@ Runs run(const Model& m, const Setup& s, uint64_t seed) {
     c.speculative.num_draft_tokens = s.draft;
     c.speculative.verify = s.verify;
     c.speculative.test_accept_unchecked = s.unchecked;
+    c.speculative.test_draft_lengths = s.draft_lengths;
     auto engine = Engine::create(c);
     std::vector<std::shared_ptr<RequestStream>> streams;
     std::vector<int> n;
@@ -599,7 +638,10 @@ std::vector<SpeculativeStats> expect_greedy_output_kept(const Model& m, const st
     std::vector<SpeculativeStats> stats;
     for (const Case& k : {Case{"fixed", {.method = method}}, Case{"confidence", {.method = method, .verify = "confidence"}},
                           Case{"small steps", {.method = method, .max_batch_tokens = 7, .prefix_cache = false}},
-                          Case{"preemption", {.method = method, .cache_bytes = tight}}}) {
+                          Case{"preemption", {.method = method, .cache_bytes = tight}},
+                          // Resting (-1) skips the draft model's commits: each sequence's draft context
+                          // restarts when drafting resumes. Length 0 only takes the commits in.
+                          Case{"resting", {.method = method, .draft_lengths = {3, -1, 0, 2, -1, -1, 1, 4}}}}) {
         SCOPED_TRACE(k.name);
         Runs got = run(m, k.setup, seed);
         EXPECT_EQ(got.outputs.size(), greedy.size());

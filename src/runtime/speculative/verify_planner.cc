@@ -1,6 +1,7 @@
 #include "runtime/speculative/verify_planner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <tuple>
 
@@ -23,16 +24,20 @@ void StepCostModel::record(int64_t tokens, double seconds) {
     average_[at] = n == 0 ? seconds : blend(average_[at], seconds, 0.9, records_ - updated_[at]);
     updated_[at] = records_;
     if (++n == kMinSamples) ++measured_;
+    if (n >= kMinSamples) last_measured_update_ = records_;
 }
 
 double StepCostModel::seconds(int64_t tokens) const {
     int64_t at = std::clamp<int64_t>(tokens, 1, kMaxTokens), size = static_cast<int64_t>(average_.size());
-    auto measured = [&](int64_t b) { return b >= 1 && b < size && samples_[b] >= kMinSamples; };
+    bool any_fresh = records_ - last_measured_update_ <= kStaleAfter;  // else the stale ones decide
+    auto measured = [&](int64_t b) {
+        return b >= 1 && b < size && samples_[b] >= kMinSamples && (!any_fresh || records_ - updated_[b] <= kStaleAfter);
+    };
     if (measured(at)) return average_[at];
     int64_t lo = std::min(at, size - 1), hi = at;
     while (lo >= 1 && !measured(lo)) --lo;
     while (hi < size && !measured(hi)) ++hi;
-    if (lo < 1) return average_[hi];
+    if (lo < 1) return average_[hi] * static_cast<double>(at) / static_cast<double>(hi);
     if (hi >= size) return average_[lo];
     double f = static_cast<double>(at - lo) / static_cast<double>(hi - lo);
     return average_[lo] + f * (average_[hi] - average_[lo]);
@@ -49,21 +54,20 @@ double AcceptanceModel::confidence(int position) const {
     return (static_cast<double>(kept_[position]) + 1.0) / (static_cast<double>(reached_[position]) + 2.0);
 }
 
-void DraftCostModel::record(int length, double seconds) {
+void DraftLengthCost::record(int length, double seconds, int64_t stamp) {
     size_t at = static_cast<size_t>(std::max(length, 0));
     if (average_.size() <= at) average_.resize(at + 1, -1.0);
     if (updated_.size() <= at) updated_.resize(at + 1);
-    ++records_;
     if (average_[at] < 0) {
         average_[at] = seconds;
         measured_.insert(std::upper_bound(measured_.begin(), measured_.end(), length), length);
     } else {
-        average_[at] = blend(average_[at], seconds, 0.8, records_ - updated_[at]);
+        average_[at] = blend(average_[at], seconds, 0.8, stamp - updated_[at]);
     }
-    updated_[at] = records_;
+    updated_[at] = stamp;
 }
 
-double DraftCostModel::seconds(int length) const {
+double DraftLengthCost::seconds(int length) const {
     auto above = std::lower_bound(measured_.begin(), measured_.end(), length);
     if (above != measured_.end() && *above == length) return average_[length];
     auto line = [&](int x0, int x1) {  // through the measured x0 < x1, never falling
@@ -76,15 +80,37 @@ double DraftCostModel::seconds(int length) const {
     return line(*(above - 1), *above);
 }
 
+size_t DraftCostModel::bucket(int64_t sequences) {
+    return static_cast<size_t>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))) - 1);
+}
+
+void DraftCostModel::record(int length, int64_t sequences, double seconds) {
+    size_t b = bucket(sequences);
+    if (by_sequences_.size() <= b) by_sequences_.resize(b + 1);
+    by_sequences_[b].record(length, seconds, ++records_);
+}
+
+double DraftCostModel::seconds(int length, int64_t sequences) const {
+    // The nearest bucket measured; of two as near, the larger one (the costlier guess).
+    size_t b = bucket(sequences), best = by_sequences_.size();
+    for (size_t i = 0; i < by_sequences_.size(); ++i) {
+        if (!by_sequences_[i].ready()) continue;
+        auto distance = [&](size_t x) { return x > b ? x - b : b - x; };
+        if (best == by_sequences_.size() || distance(i) <= distance(best)) best = i;
+    }
+    return by_sequences_[best].seconds(length);
+}
+
 int plan_draft_length(const std::vector<double>& confidences, int64_t sequences, const StepCostModel& step,
-                      const DraftCostModel& draft) {
+                      const DraftCostModel& draft, bool resting) {
     int most = static_cast<int>(confidences.size());
     if (!step.ready() || !draft.ready() || sequences <= 0) return most;
     double n = static_cast<double>(sequences), kept = 1.0, a = 1.0, best_rate = 0.0;
     int best = 0;
     for (int k = 0; k <= most; ++k) {
         if (k > 0) kept += (a *= confidences[k - 1]);
-        double rate = n * kept / (step.seconds(sequences * (1 + k)) + draft.seconds(k));
+        double drafting = k == 0 && resting ? 0.0 : draft.seconds(k, sequences);
+        double rate = n * kept / (step.seconds(sequences * (1 + k)) + drafting);
         if (rate > best_rate) best_rate = rate, best = k;  // ties: the shorter draft
     }
     return best;
