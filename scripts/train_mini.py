@@ -162,10 +162,64 @@ def param_groups(model):
     return [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
 
 
-def train(model, data, args, gen, dev, report):
+def step_losses(model, data, args, rows, gen, dev):
+    """The losses of one step on `rows` random windows of the data (and DSpark anchors) from gen:
+    the target's cross-entropy, the indexers' KL term, the draft's loss and its 1 - TV per position."""
     c = model.c
+    T, Tb = args.seq, c["dspark_block_size"]
+    starts = torch.randint(0, len(data) - T - 2, (rows,), generator=gen)
+    batch = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).to(dev)
+    anchors = torch.randint(0, T - Tb + 1, (args.anchors,), generator=gen).to(dev)
+    aux = []
+    with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        logits, taps = model(batch[:, :-1], c["dspark_target_layer_ids"], aux)
+        main = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+        index = torch.stack(aux).mean()
+        draft, accept = model.draft_loss(batch[:, :-1], logits, taps, anchors, args.gamma)
+    return main, index, draft, accept
+
+
+def pick_batch(model, data, args, dev, report):
+    """--batch 0 on a GPU: of 64, 128 and 256 rows, the batch with the most tokens per second whose
+    peak memory stays under half the GPU's, timed on a few forward-backward passes without an
+    update (a step of this small model is mostly launch overhead, so more rows cost little). The
+    probes draw from their own generator: --batch N --steps M reproduces the run."""
+    probe_gen = torch.Generator().manual_seed(args.seed + 1)
+    capacity = torch.cuda.get_device_properties(dev).total_memory
+    best, best_rate, probes = 64, 0.0, []
+    for rows in (64, 128, 256):
+        torch.cuda.reset_peak_memory_stats(dev)
+        times = []
+        try:
+            for _ in range(4):
+                torch.cuda.synchronize()
+                t = time.time()
+                main, index, draft, _ = step_losses(model, data, args, rows, probe_gen, dev)
+                (main + 0.1 * index + draft).backward()
+                model.zero_grad(set_to_none=True)
+                torch.cuda.synchronize()
+                times.append(time.time() - t)
+        except torch.cuda.OutOfMemoryError:
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            break
+        peak = torch.cuda.max_memory_allocated(dev)
+        seconds = min(times[1:])  # the first pass warms up
+        probes.append({"batch": rows, "ms_per_step": round(1000 * seconds, 1), "peak_gb": round(peak / 1e9, 2)})
+        print(json.dumps(probes[-1]), flush=True)
+        if peak > 0.5 * capacity:
+            break
+        if rows / seconds > best_rate:
+            best, best_rate = rows, rows / seconds
+    model.loads = {}
+    torch.cuda.empty_cache()
+    report["batch_probes"] = probes
+    return best
+
+
+def train(model, data, args, gen, dev, report):
     opt = torch.optim.AdamW(param_groups(model), lr=args.lr, betas=(0.9, 0.95))
-    T, Tb, warmup = args.seq, c["dspark_block_size"], min(100, max(1, args.steps // 10 if args.steps else 100))
+    warmup = min(100, max(1, args.steps // 10 if args.steps else 100))
     steps, t0, step, log = args.steps or 10**9, time.time(), 0, []
     model.train()
     while step < steps:
@@ -179,15 +233,7 @@ def train(model, data, args, gen, dev, report):
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = torch.randint(0, len(data) - T - 2, (args.batch,), generator=gen)
-        batch = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).to(dev)
-        anchors = torch.randint(0, T - Tb + 1, (args.anchors,), generator=gen).to(dev)
-        aux = []
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            logits, taps = model(batch[:, :-1], c["dspark_target_layer_ids"], aux)
-            main = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
-            index = torch.stack(aux).mean()
-            draft, accept = model.draft_loss(batch[:, :-1], logits, taps, anchors, args.gamma)
+        main, index, draft, accept = step_losses(model, data, args, args.batch, gen, dev)
         total = main + 0.1 * index + draft
         if (step < 10 or step % 50 == 0) and not torch.isfinite(total):
             raise RuntimeError(f"loss not finite at step {step}: main {main.item()} index {index.item()} draft {draft.item()}")
@@ -257,7 +303,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=300.0)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=64, help="rows per step; 0: the fastest that fits (GPU)")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--anchors", type=int, default=32, help="DSpark anchors per sequence and step")
     ap.add_argument("--gamma", type=float, default=3.0, help="DSpark position weight scale")
@@ -290,6 +336,12 @@ def main():
     main_params = sum(t.numel() for n, t in model.named_checkpoint_tensors() if not n.startswith("mtp."))
     report["parameters_main"] = main_params
     report["parameters_draft"] = sum(t.numel() for n, t in model.named_checkpoint_tensors() if n.startswith("mtp."))
+    if args.batch == 0:
+        t_probe = time.time()
+        args.batch = pick_batch(model, data, args, dev, report) if dev.type == "cuda" else 64
+        args.time_budget -= time.time() - t_probe
+        report["batch"] = args.batch
+        print(f"batch {args.batch}", flush=True)
     train(model, data, args, gen, dev, report)
     values = export(model, tok, c, args.out)
     load_values(model, values)
