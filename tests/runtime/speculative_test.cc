@@ -751,7 +751,9 @@ protected:
             }
         }
         engine->shutdown(false);
-        if (speculative) EXPECT_GT(engine->stats().speculative.verifications, kRequests / 10);
+        if (speculative) {
+            EXPECT_GT(engine->stats().speculative.verifications, kRequests / 10);
+        }
         return counts;
     }
 
