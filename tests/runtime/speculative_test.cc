@@ -647,9 +647,13 @@ std::vector<SpeculativeStats> expect_greedy_output_kept(const Model& m, const st
         EXPECT_EQ(got.outputs.size(), greedy.size());
         for (size_t i = 0; i < greedy.size() && i < got.outputs.size(); ++i) {
             EXPECT_EQ(got.outputs[i].tokens.size(), want.outputs[i].tokens.size()) << "completion " << i;
-            if (greedy[i]) EXPECT_EQ(got.outputs[i], want.outputs[i]) << "greedy completion " << i;
+            if (greedy[i]) {
+                EXPECT_EQ(got.outputs[i], want.outputs[i]) << "greedy completion " << i;
+            }
         }
-        if (std::string(k.name) == "preemption") EXPECT_GT(got.stats.preemptions, 0);
+        if (std::string(k.name) == "preemption") {
+            EXPECT_GT(got.stats.preemptions, 0);
+        }
         const SpeculativeStats& st = stats.emplace_back(got.stats.speculative);
         EXPECT_GT(st.verifications, 0);
         std::printf("%s, %s: %lld verifications, %lld of %lld drafts kept\n", method.c_str(), k.name,
