@@ -23,6 +23,13 @@
 #include "runtime/speculative/rejection.h"
 
 namespace deepinfer::runtime {
+namespace {
+
+// Whether chunk c verifies a draft model's draft (made from the chunk's first position, the
+// sequence's last token).
+bool verifies_model_draft(const ScheduledChunk& c) { return c.seq->drafted_for == c.start + 1; }
+
+}  // namespace
 
 bool EngineImpl::speculates(const GenerationRequest& r) const {
     // Penalty state and grammar matchers advance one token per step; their rows cannot sample
@@ -42,7 +49,7 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
             while (kept < drafts && samples[kept].token == c.draft[kept]) ++kept;
         // A draft model's drafts from a context that just restarted (after a rest) are kept far
         // less often than usual; counting them would make drafting look worse than it is.
-        bool cold = s.drafted_for == c.start + 1 && c.start - s.draft_context_from < kWarmContext;
+        bool cold = verifies_model_draft(c) && c.start - s.draft_context_from < kWarmContext;
         if (!cold) acceptance_.record(static_cast<int>(drafts), static_cast<int>(kept));
     }
     s.num_computed += static_cast<int64_t>(kept) + 1;  // the sequence's last token and the kept drafts
@@ -119,7 +126,7 @@ int EngineImpl::draft_length(const StepPlan& plan, size_t sequences) {
     bool drafted = false;
     for (const ScheduledChunk& c : plan.chunks) {
         verified = std::max(verified, c.draft.size());
-        drafted = drafted || c.seq->drafted_for == static_cast<int64_t>(c.start + 1);  // it had drafts to verify
+        drafted = drafted || verifies_model_draft(c);
     }
     if (drafted) most = std::min(most, static_cast<int>(verified) + 1);
     std::vector<double> kept(static_cast<size_t>(most));

@@ -93,11 +93,9 @@ void DraftCostModel::record(int length, int64_t sequences, double seconds) {
 double DraftCostModel::seconds(int length, int64_t sequences) const {
     // The nearest bucket measured; of two as near, the larger one (the costlier guess).
     size_t b = bucket(sequences), best = by_sequences_.size();
-    for (size_t i = 0; i < by_sequences_.size(); ++i) {
-        if (!by_sequences_[i].ready()) continue;
-        auto distance = [&](size_t x) { return x > b ? x - b : b - x; };
-        if (best == by_sequences_.size() || distance(i) <= distance(best)) best = i;
-    }
+    auto distance = [&](size_t x) { return x > b ? x - b : b - x; };
+    for (size_t i = 0; i < by_sequences_.size(); ++i)
+        if (by_sequences_[i].ready() && (best == by_sequences_.size() || distance(i) <= distance(best))) best = i;
     return by_sequences_[best].seconds(length);
 }
 
