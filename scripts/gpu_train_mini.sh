@@ -6,7 +6,7 @@
 set -uo pipefail
 out=${1:?usage: gpu_train_mini.sh OUT_DIR}
 shift
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 python3 scripts/train_mini.py /tmp/mini-smoke --smoke --steps 3 --batch 2 --seq 64 --anchors 4 > "$out/smoke.log" 2>&1 ||
     { echo "smoke run failed:"; tail -30 "$out/smoke.log"; }
 python3 scripts/train_mini.py /tmp/mini "$@" 2>&1 | tee "$out/train.log"

@@ -122,6 +122,7 @@ class MiniV41(torch.nn.Module):
         self.ropes = {k: v41.yarn_inv_freq(rp[k], c["qk_rope_head_dim"]) for k in ("main", "compress")}
         if c.get("engram_layer_ids"):
             self.register_buffer("token_map", torch.tensor(token_map, dtype=torch.long))
+            self.engram_pad = int(token_map[c["engram_pad_id"]])
             self.engram_primes = v41.engram_primes(c)
             self.engram_mults = v41.engram_multipliers(c, c["engram_compressed_vocab_size"])
         self.loads = {}
@@ -193,7 +194,7 @@ class MiniV41(torch.nn.Module):
         """Per Engram layer [B, T, cols] table rows, as v41.engram_hash_ids (n-grams start at the row)."""
         c = self.c
         comp = self.token_map[ids]
-        pad = int(self.token_map[c["engram_pad_id"]])
+        pad = self.engram_pad
         shifted = [comp] + [F.pad(comp[:, :-k], (k, 0), value=pad) for k in range(1, c["engram_max_ngram_size"])]
         out = []
         for li in range(len(c["engram_layer_ids"])):
@@ -326,7 +327,8 @@ class MiniV41(torch.nn.Module):
         target = target / mass.clamp_min(1e-12)
         logq = torch.log_softmax(shared["index_scores"].masked_fill(~allowed, -float("inf")), dim=-1)
         kl = torch.where(allowed, target * (torch.log(target.clamp_min(1e-12)) - logq), torch.zeros_like(target))
-        return kl.sum(-1)[rows].mean() if rows.any() else kl.sum() * 0
+        # where and a clamped count instead of boolean indexing: no data-dependent shapes (torch.compile)
+        return torch.where(rows, kl.sum(-1), 0.0).sum() / rows.sum().clamp_min(1)
 
     def moe(self, pfx, x, topk):
         c, p = self.c, pfx + "ffn."
@@ -339,7 +341,9 @@ class MiniV41(torch.nn.Module):
         w = w * c["routed_scaling_factor"]
         combine = torch.zeros_like(scores).scatter(-1, ids, w)
         if self.training:
-            self.loads[pfx] = torch.bincount(ids.flatten(), minlength=scores.shape[-1]).float()
+            flat = ids.flatten()
+            self.loads[pfx] = torch.zeros(scores.shape[-1], device=x.device).scatter_add_(
+                0, flat, torch.ones_like(flat, dtype=torch.float))
         y = self.expert(p + "shared_experts.", x)
         w1, w2, w3 = (self.p(p + f"experts.{n}.weight") for n in EXPERT_NAMES)
         g = torch.einsum("...d,eid->...ei", x, w1)

@@ -162,24 +162,64 @@ def param_groups(model):
     return [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
 
 
-def step_losses(model, data, args, rows, gen, dev):
-    """The losses of one step on `rows` random windows of the data (and DSpark anchors) from gen:
-    the target's cross-entropy, the indexers' KL term, the draft's loss and its 1 - TV per position."""
-    c = model.c
-    T, Tb = args.seq, c["dspark_block_size"]
+def optimizer(model, lr, dev):
+    fused = {"fused": True} if dev.type == "cuda" else {}  # one kernel for all parameters
+    return torch.optim.AdamW(param_groups(model), lr=lr, betas=(0.9, 0.95), **fused)
+
+
+def sample(data, args, rows, block, gen, dev):
+    """`rows` random windows of args.seq + 1 tokens and the step's anchors of DSpark blocks, from gen."""
+    T = args.seq
     starts = torch.randint(0, len(data) - T - 2, (rows,), generator=gen)
     batch = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).to(dev)
-    anchors = torch.randint(0, T - Tb + 1, (args.anchors,), generator=gen).to(dev)
+    anchors = torch.randint(0, T - block + 1, (args.anchors,), generator=gen).to(dev)
+    return batch, anchors
+
+
+def losses(model, batch, anchors, gamma):
+    """The target's cross-entropy, the indexers' KL term, the draft's loss and its 1 - TV per position."""
+    c = model.c
     aux = []
-    with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+    with torch.autocast(device_type=batch.device.type, dtype=torch.bfloat16, enabled=batch.device.type == "cuda"):
         logits, taps = model(batch[:, :-1], c["dspark_target_layer_ids"], aux)
         main = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
         index = torch.stack(aux).mean()
-        draft, accept = model.draft_loss(batch[:, :-1], logits, taps, anchors, args.gamma)
+        draft, accept = model.draft_loss(batch[:, :-1], logits, taps, anchors, gamma)
     return main, index, draft, accept
 
 
-def pick_batch(model, data, args, dev, report):
+def step_losses(model, data, args, rows, gen, dev, loss_fn=losses):
+    batch, anchors = sample(data, args, rows, model.c["dspark_block_size"], gen, dev)
+    return loss_fn(model, batch, anchors, args.gamma)
+
+
+PARTS = ((v41, ("mixes", "rms_norm", "fake_fp8", "fake_fp4")),
+         (mini_model, ("fake_fp8_weight", "fake_mxfp4_weight", "rope_bt", "expand")))
+
+
+def compiled_losses(mode, model):
+    """--compile: 'parts' compiles the elementwise-heavy helpers (mHC mixes, norms, RoPE, fake
+    quantisation: many small kernels in eager mode), 'blocks' each layer's block (one region per
+    layer: layers of one kind share the compiler's caches), 'full' the whole loss. Returns the
+    loss function and a function that undoes 'parts' and 'blocks' (evaluation runs other shapes)."""
+    if mode == "none":
+        return losses, lambda: None
+    import torch._dynamo
+    for key in ("cache_size_limit", "recompile_limit"):  # one compile per weight shape or layer
+        if hasattr(torch._dynamo.config, key):
+            setattr(torch._dynamo.config, key, 256)
+    if mode == "full":
+        return torch.compile(losses, dynamic=False), lambda: None
+    if mode == "blocks":
+        model.block = torch.compile(model.block, dynamic=False)
+        return losses, lambda: delattr(model, "block")
+    saved = [(mod, n, getattr(mod, n)) for mod, names in PARTS for n in names]
+    for mod, n, f in saved:  # dynamic after a second shape: one kernel for all weight shapes
+        setattr(mod, n, torch.compile(f))
+    return losses, lambda: [setattr(mod, n, f) for mod, n, f in saved]
+
+
+def pick_batch(model, data, args, dev, report, loss_fn):
     """--batch 0 on a GPU: of 64, 128 and 256 rows, the batch with the most tokens per second whose
     peak memory stays under half the GPU's, timed on a few forward-backward passes without an
     update (a step of this small model is mostly launch overhead, so more rows cost little). The
@@ -194,7 +234,7 @@ def pick_batch(model, data, args, dev, report):
             for _ in range(4):
                 torch.cuda.synchronize()
                 t = time.time()
-                main, index, draft, _ = step_losses(model, data, args, rows, probe_gen, dev)
+                main, index, draft, _ = step_losses(model, data, args, rows, probe_gen, dev, loss_fn)
                 (main + 0.1 * index + draft).backward()
                 model.zero_grad(set_to_none=True)
                 torch.cuda.synchronize()
@@ -217,8 +257,40 @@ def pick_batch(model, data, args, dev, report):
     return best
 
 
-def train(model, data, args, gen, dev, report):
-    opt = torch.optim.AdamW(param_groups(model), lr=args.lr, betas=(0.9, 0.95))
+def train_step(model, opt, data, args, gen, dev, loss_fn):
+    main, index, draft, accept = step_losses(model, data, args, args.batch, gen, dev, loss_fn)
+    total = main + 0.1 * index + draft
+    total.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    model.balance(1e-3)
+    return main, index, draft, accept
+
+
+def first_step(model, opt, data, args, gen, dev, loss_fn, report):
+    """Step 0, where a compiled loss compiles: if that fails (a compiler error, or memory), the
+    run goes on in eager mode and the report says why."""
+    t = time.time()
+    try:
+        out = train_step(model, opt, data, args, gen, dev, loss_fn)
+        report["first_step_seconds"] = time.time() - t
+        return out, loss_fn
+    except Exception as e:  # noqa: BLE001 - any compiler failure
+        if loss_fn is losses:
+            raise
+        print(f"compiled step failed, going on in eager mode: {e!r}"[:2000], flush=True)
+        report["compile_fallback"] = repr(e)[:2000]
+        opt.zero_grad(set_to_none=True)
+        model.loads = {}
+        import torch._dynamo
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+        return train_step(model, opt, data, args, gen, dev, losses), losses
+
+
+def train(model, data, args, gen, dev, report, loss_fn):
+    opt = optimizer(model, args.lr, dev)
     warmup = min(100, max(1, args.steps // 10 if args.steps else 100))
     steps, t0, step, log = args.steps or 10**9, time.time(), 0, []
     model.train()
@@ -226,23 +298,20 @@ def train(model, data, args, gen, dev, report):
         if args.steps == 0 and step == 5:
             t5 = time.time()
         if args.steps == 0 and step == 25:
-            steps = int((args.time_budget - (time.time() - t0)) / ((time.time() - t5) / 20)) + 25
+            steps = max(26, int((args.time_budget - (time.time() - t0)) / ((time.time() - t5) / 20)) + 25)
             report["steps"] = steps
             print(f"{(time.time() - t5) / 20 * 1000:.0f} ms/step -> {steps} steps", flush=True)
         frac = min(step / max(steps, 1), 1.0)
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        main, index, draft, accept = step_losses(model, data, args, args.batch, gen, dev)
-        total = main + 0.1 * index + draft
-        if (step < 10 or step % 50 == 0) and not torch.isfinite(total):
-            raise RuntimeError(f"loss not finite at step {step}: main {main.item()} index {index.item()} draft {draft.item()}")
-        total.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        model.balance(1e-3)
+        if step == 0:
+            (main, index, draft, accept), loss_fn = first_step(model, opt, data, args, gen, dev, loss_fn, report)
+        else:
+            main, index, draft, accept = train_step(model, opt, data, args, gen, dev, loss_fn)
         if step % 50 == 0 or step == steps - 1:
+            if not torch.isfinite(main + index + draft):
+                raise RuntimeError(f"loss not finite at step {step}: {main.item()} {index.item()} {draft.item()}")
             row = {"step": step, "loss": main.item(), "index_kl": index.item(), "draft": draft.item(),
                    "draft_1_minus_tv": [round(x, 3) for x in accept.tolist()], "lr": lr, "s": time.time() - t0}
             log.append(row)
@@ -310,8 +379,12 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--data-mb", type=float, default=320.0, help="cap on training text (MB)")
+    ap.add_argument("--compile", choices=("none", "parts", "blocks", "full"), default="none",
+                    help="torch.compile the loss's helpers, each layer or all of it (GPU; not with --batch 0)")
     ap.add_argument("--smoke", action="store_true", help="a tiny model on a few files (CPU is enough)")
     args = ap.parse_args()
+    if args.batch == 0 and args.compile != "none":
+        ap.error("--compile needs --batch N (each batch size would compile again)")
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -336,13 +409,17 @@ def main():
     main_params = sum(t.numel() for n, t in model.named_checkpoint_tensors() if not n.startswith("mtp."))
     report["parameters_main"] = main_params
     report["parameters_draft"] = sum(t.numel() for n, t in model.named_checkpoint_tensors() if n.startswith("mtp."))
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # the fp32 products (mHC streams, router) in training
+    loss_fn, undo_compile = compiled_losses(args.compile if dev.type == "cuda" else "none", model)
     if args.batch == 0:
         t_probe = time.time()
-        args.batch = pick_batch(model, data, args, dev, report) if dev.type == "cuda" else 64
+        args.batch = pick_batch(model, data, args, dev, report, loss_fn) if dev.type == "cuda" else 64
         args.time_budget -= time.time() - t_probe
         report["batch"] = args.batch
         print(f"batch {args.batch}", flush=True)
-    train(model, data, args, gen, dev, report)
+    train(model, data, args, gen, dev, report, loss_fn)
+    undo_compile()
     values = export(model, tok, c, args.out)
     load_values(model, values)
     if dev.type == "cuda":
