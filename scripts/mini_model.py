@@ -8,7 +8,8 @@ release layout stores and the engine computes:
   * activations: V4.1's QAT rounding (window KV FP8, compressed entries FP4 with e4m3 scales,
     indexer queries and keys FP4);
 the backward pass treats every rounding as the identity. Where the references break top-k ties
-to the lower index this uses torch.topk (a trained model has no exact ties in practice). Routed
+to the lower index the indexer does too; the router uses torch.topk (exact ties of its
+continuous scores do not happen). Routed
 experts run densely (every expert on every token, weighted by the router's sparse combine
 weights): identical results, no host synchronisation, and cheap at this size.
 
@@ -62,6 +63,43 @@ def rope_table(inv_fac, positions):
     inv, fac = inv_fac
     angles = positions.double()[:, None] * inv.double().to(positions.device)[None, :]
     return (angles.cos() * fac).float(), (angles.sin() * fac).float()
+
+
+def top_k(scores, k):
+    """torch.topk over the last dim with the reference's tie rule (the lower index first): an
+    untrained indexer's relu gives many exact zeros."""
+    values, indices = scores.sort(dim=-1, descending=True, stable=True)
+    return torch.return_types.topk((values[..., :k], indices[..., :k]))
+
+
+def window_blocks(q, kv, window):
+    """Queries [B, T, H, d] as [B, n, W, H, d] blocks of W = window positions (T padded up), and per
+    block the keys of it and the block before, [B, n, 2W, d] (zeros before position 0)."""
+    T = q.shape[1]
+    pad = -T % window
+    q = F.pad(q, (0, 0, 0, 0, 0, pad))
+    kv = F.pad(kv, (0, 0, window, pad))
+    blocks = kv.unfold(1, 2 * window, window).transpose(-1, -2)
+    return q.unflatten(1, (-1, window)), blocks
+
+
+def window_logits(qb, blocks, window):
+    """[B, H, T, 2W] query-key products, -inf outside the causal window of `window` keys."""
+    B, n, W, H = qb.shape[:4]
+    logits = torch.einsum("bnwhd,bnkd->bhnwk", qb, blocks)
+    rel = torch.arange(2 * W, device=qb.device)[None, :] - W - torch.arange(W, device=qb.device)[:, None]
+    inside = (rel <= 0) & (rel > -window)  # key position minus query position
+    first = torch.arange(2 * W, device=qb.device) >= W  # block 0 has no block before it
+    mask = inside[None] & (first[None, None, :] | (torch.arange(n, device=qb.device) > 0)[:, None, None])
+    return logits.masked_fill(~mask, -float("inf")).flatten(2, 3)
+
+
+def window_output(probs, blocks, T):
+    """[B, T, H, d] = window probabilities [B, H, T, 2W] times each block's keys (the values)."""
+    n, W = blocks.shape[1], blocks.shape[2] // 2
+    probs = F.pad(probs, (0, 0, 0, n * W - T)).unflatten(2, (n, W))
+    out = torch.einsum("bhnwk,bnkd->bnwhd", probs.to(blocks.dtype), blocks)
+    return out.flatten(1, 2)[:, :T]
 
 
 def expand(y, streams, post, comb):
@@ -249,11 +287,9 @@ class MiniV41(torch.nn.Module):
             shared["candidates"] = self.candidate_blocks(scores.detach(), (pos + 1) // r)
         elif 0 <= cand < l and "candidates" in shared:
             scores = scores.masked_fill(~shared["candidates"], -float("inf"))
-        k = min(c["index_topk"], keys.shape[1])
-        top = scores.detach().topk(k, dim=-1)
-        allowed = torch.zeros_like(scores, dtype=torch.bool)
-        allowed.scatter_(-1, top.indices, top.values > -float("inf"))
-        shared["allowed"], shared["index_scores"] = allowed, scores
+        top = top_k(scores.detach(), min(c["index_topk"], keys.shape[1]))
+        shared["selected"] = (top.indices, top.values > -float("inf"))  # [B, T, k] entry, valid
+        shared["index_scores"] = scores
 
     def candidate_blocks(self, scores, visible_count):
         c = self.c
@@ -264,12 +300,15 @@ class MiniV41(torch.nn.Module):
         last = (visible_count - 1) // bs
         pinned = (torch.arange(nb, device=scores.device)[None, :] == last[:, None]) & (visible_count[:, None] > 0)
         blocks = blocks.masked_fill(pinned.unsqueeze(0), float("inf"))
-        top = blocks.topk(min(k, nb), dim=-1)
+        top = top_k(blocks, min(k, nb))
         keep = torch.zeros_like(blocks, dtype=torch.bool)
         keep.scatter_(-1, top.indices, top.values > -float("inf"))
         return keep.repeat_interleave(bs, dim=-1)[..., :g]
 
     def attention(self, l, x, pos, tables, shared, aux):
+        """Window attention computed per block of `sliding_window` queries over the keys of that block
+        and the one before (not over all T keys), the compressed entries only at the indexer's
+        selection, and the sink: the reference's softmax over exactly the keys it lets through."""
         c, pfx = self.c, f"model.layers.{l}.attn."
         r = c["compress_ratios"][l]
         cos, sin = tables["compress" if r else "main"]
@@ -279,54 +318,59 @@ class MiniV41(torch.nn.Module):
         q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), cos, sin)
         kv = rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
         kv = ste(kv, v41.fake_fp8(kv.detach(), 32))
-        logits = torch.einsum("bnhd,btd->bhnt", q, kv) * d ** -0.5
-        qpos, kpos = pos[:, None], pos[None, :]
-        window = (kpos <= qpos) & (kpos > qpos - c["sliding_window"])
-        logits = logits.masked_fill(~window, -float("inf"))
-        values, comp_cols = kv, 0
+        qb, blocks = window_blocks(q, kv, c["sliding_window"])
+        logits = [window_logits(qb, blocks, c["sliding_window"])[:, :, :T] * d ** -0.5]
         if r:
             if l in c["kv_source_layer_ids"]:
-                latent = self.compress(l, x)
-                gpos = torch.arange(latent.shape[1], device=x.device) * r
-                gcos, gsin = rope_table(self.ropes["compress"], gpos)
-                if l in c["index_source_layer_ids"]:
-                    ip = pfx + "indexer."
-                    k = v41.rms_norm(latent.detach() @ self.p(ip + "wk.weight").t(), self.p(ip + "k_norm.weight"), eps)
-                    k = rope_bt(k, gcos, gsin)
-                    shared["index_keys"] = ste(k, v41.fake_fp4(k.detach(), 32, False))
-                e = rope_bt(latent, gcos, gsin)
-                shared["entries"] = ste(e, v41.fake_fp4(e.detach(), 16, True))
-                shared.pop("allowed", None)
+                self.compressed_entries(l, x, pfx, shared)
             if l in c["index_source_layer_ids"]:
                 self.indexer(l, x, qr, pos, tables, shared)
-            entries = shared["entries"]
-            comp = torch.einsum("bnhd,bgd->bhng", q, entries) * d ** -0.5
-            allowed = shared.get("allowed")
-            if allowed is None:
-                allowed = torch.zeros(B, T, entries.shape[1], dtype=torch.bool, device=x.device)
-            comp = comp.masked_fill(~allowed.unsqueeze(1), -float("inf"))
-            logits, comp_cols = torch.cat([logits, comp], dim=-1), entries.shape[1]
-            values = torch.cat([kv, entries], dim=1)
+            if "selected" in shared:
+                idx, valid = shared["selected"]
+                comp = torch.einsum("bnhd,bgd->bhng", q, shared["entries"]) * d ** -0.5
+                comp = comp.gather(-1, idx.unsqueeze(1).expand(-1, H, -1, -1))
+                logits.append(comp.masked_fill(~valid.unsqueeze(1), -float("inf")))
         sinks = self.p(pfx + "attn_sink").view(1, H, 1, 1).expand(B, H, T, 1)
-        probs = torch.softmax(torch.cat([logits, sinks], dim=-1), dim=-1)[..., :-1]
-        if aux is not None and r and l in c["index_source_layer_ids"]:
-            aux.append(self.index_kl(probs[..., -comp_cols:].detach(), shared))
-        out = rope_bt(torch.einsum("bhnt,btd->bnhd", probs, values), cos, sin, inverse=True)
+        probs = torch.softmax(torch.cat(logits + [sinks], dim=-1), dim=-1)
+        out = window_output(probs[..., :blocks.shape[2]], blocks, T)
+        if len(logits) > 1:
+            selected = probs[..., blocks.shape[2]:-1]
+            if aux is not None and l in c["index_source_layer_ids"]:
+                aux.append(self.index_kl(selected.detach(), shared))
+            dense = torch.zeros(B, H, T, shared["entries"].shape[1], dtype=selected.dtype, device=x.device)
+            dense = dense.scatter(-1, shared["selected"][0].unsqueeze(1).expand(-1, H, -1, -1), selected)
+            out = out + torch.einsum("bhng,bgd->bnhd", dense, shared["entries"])
+        out = rope_bt(out, cos, sin, inverse=True)
         G = c["o_groups"]
         wo_a = self.p(pfx + "wo_a.weight").view(G, -1, H * d // G)
         grouped = torch.einsum("bngk,grk->bngr", out.reshape(B, T, G, -1), wo_a).flatten(-2)
         return grouped @ self.p(pfx + "wo_b.weight").t()
 
+    def compressed_entries(self, l, x, pfx, shared):
+        """A KV-source layer's compressed entries (and the indexer's keys): a new set to select from."""
+        c, r, eps = self.c, self.c["compress_ratios"][l], self.c["rms_norm_eps"]
+        latent = self.compress(l, x)
+        gpos = torch.arange(latent.shape[1], device=x.device) * r
+        gcos, gsin = rope_table(self.ropes["compress"], gpos)
+        if l in c["index_source_layer_ids"]:
+            ip = pfx + "indexer."
+            k = v41.rms_norm(latent.detach() @ self.p(ip + "wk.weight").t(), self.p(ip + "k_norm.weight"), eps)
+            k = rope_bt(k, gcos, gsin)
+            shared["index_keys"] = ste(k, v41.fake_fp4(k.detach(), 32, False))
+        e = rope_bt(latent, gcos, gsin)
+        shared["entries"] = ste(e, v41.fake_fp4(e.detach(), 16, True))
+        shared.pop("selected", None)
+
     @staticmethod
-    def index_kl(comp_probs, shared):
+    def index_kl(selected_probs, shared):
         """KL(attention over the selected entries || softmax of their index scores)."""
-        allowed = shared["allowed"]
-        target = comp_probs.float().sum(1) * allowed
+        idx, valid = shared["selected"]
+        target = selected_probs.float().sum(1) * valid
         mass = target.sum(-1, keepdim=True)
         rows = mass.squeeze(-1) > 0
         target = target / mass.clamp_min(1e-12)
-        logq = torch.log_softmax(shared["index_scores"].masked_fill(~allowed, -float("inf")), dim=-1)
-        kl = torch.where(allowed, target * (torch.log(target.clamp_min(1e-12)) - logq), torch.zeros_like(target))
+        logq = torch.log_softmax(shared["index_scores"].gather(-1, idx).masked_fill(~valid, -float("inf")), dim=-1)
+        kl = torch.where(valid, target * (torch.log(target.clamp_min(1e-12)) - logq), torch.zeros_like(target))
         # where and a clamped count instead of boolean indexing: no data-dependent shapes (torch.compile)
         return torch.where(rows, kl.sum(-1), 0.0).sum() / rows.sum().clamp_min(1)
 

@@ -73,7 +73,7 @@ def measure(variant, rows, steps=6, profile=False):
            "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if dev.type == "cuda" else None}
     if profile:
         from torch.profiler import ProfilerActivity, profile as prof
-        with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as p:
             step()
             torch.cuda.synchronize()
         events = p.key_averages()
@@ -81,6 +81,9 @@ def measure(variant, rows, steps=6, profile=False):
         out["kernel_launches"] = sum(e.count for e in kernels)
         out["gpu_busy_ms"] = round(sum(e.self_device_time_total for e in kernels) / 1000, 1)
         print(events.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70), flush=True)
+        by_shape = p.key_averages(group_by_input_shape=True)  # which tensors the time goes to
+        print(by_shape.table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=40,
+                             max_shapes_column_width=90), flush=True)
     return out
 
 
