@@ -205,9 +205,15 @@ def compiled_losses(mode, model):
     if mode == "none":
         return losses, lambda: None
     import torch._dynamo
+    import torch._inductor.config as inductor
     for key in ("cache_size_limit", "recompile_limit"):  # one compile per weight shape or layer
         if hasattr(torch._dynamo.config, key):
             setattr(torch._dynamo.config, key, 256)
+    # Compiling took longer than the whole 8-minute budget with the defaults (docs/benchmarks.md);
+    # timing several launch configurations of every generated kernel is one suspect, so it is off.
+    for cfg, key in ((inductor.triton, "autotune_pointwise"), (inductor, "coordinate_descent_tuning")):
+        if hasattr(cfg, key):
+            setattr(cfg, key, False)
     if mode == "full":
         return torch.compile(losses, dynamic=False), lambda: None
     if mode == "blocks":
