@@ -102,11 +102,26 @@ def window_output(probs, blocks, T):
     return out.flatten(1, 2)[:, :T]
 
 
+def mixes(streams, fn, base, scale, c):
+    """v41.mixes with fewer passes over the streams (the largest activations here): the RMS norm
+    without weight commutes with the product, so the product takes the raw streams and its rows
+    are scaled after, and the norm comes from one read (vector_norm) instead of squares and a mean."""
+    flat = streams.flatten(-2).float()
+    rstd = torch.rsqrt(torch.linalg.vector_norm(flat, dim=-1, keepdim=True).square() / flat.shape[-1]
+                       + c["rms_norm_eps"])
+    m = (flat @ fn.t()).float() * rstd  # fp32 also when a caller runs the product under autocast
+    return v41.mix_coefficients(m, base, scale, c)
+
+
 def expand(y, streams, post, comb):
-    # The streams are the residual: mixed in fp32 (under autocast an einsum would round them to bf16).
+    """post * y on every stream plus the streams mixed by comb, in fp32 (they are the residual;
+    under autocast a product would round them to bf16); the sum is the product's own addend."""
+    lead = streams.shape[:-2]
+    hc, D = streams.shape[-2:]
     with torch.autocast(device_type=streams.device.type, enabled=False):
-        mixed = torch.einsum("...jk,...jd->...kd", comb.float(), streams.float())
-    return post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed
+        added = (post.unsqueeze(-1) * y.unsqueeze(-2).float()).reshape(-1, hc, D)
+        mixed = torch.baddbmm(added, comb.float().reshape(-1, hc, hc).transpose(1, 2), streams.float().reshape(-1, hc, D))
+    return mixed.view(*lead, hc, D)
 
 
 def split_expert_name(name):
@@ -219,11 +234,11 @@ class MiniV41(torch.nn.Module):
 
     def block(self, pfx, streams, pre_mix, attention, ffn):
         c, eps = self.c, self.c["rms_norm_eps"]
-        a_pre, a_post, a_comb = v41.mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
+        a_pre, a_post, a_comb = mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
                                       self.p(pfx + "hc_attn_scale"), c)
         h = v41.rms_norm(v41.collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
         streams = expand(attention(h), streams, a_post, a_comb)
-        f_pre, f_post, f_comb = v41.mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
+        f_pre, f_post, f_comb = mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
                                       self.p(pfx + "hc_ffn_scale"), c)
         h = v41.rms_norm(v41.collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
         return expand(ffn(h), streams, f_post, f_comb), f_pre

@@ -193,8 +193,8 @@ def step_losses(model, data, args, rows, gen, dev, loss_fn=losses):
     return loss_fn(model, batch, anchors, args.gamma)
 
 
-PARTS = ((v41, ("mixes", "rms_norm", "fake_fp8", "fake_fp4")),
-         (mini_model, ("fake_fp8_weight", "fake_mxfp4_weight", "rope_bt", "expand")))
+PARTS = ((v41, ("rms_norm", "fake_fp8", "fake_fp4")),
+         (mini_model, ("mixes", "fake_fp8_weight", "fake_mxfp4_weight", "rope_bt", "expand")))
 
 
 def compiled_losses(mode, model):

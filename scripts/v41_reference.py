@@ -278,9 +278,14 @@ class Gaps:
 
 def mixes(streams, fn, base, scale, c):
     """pre, post, comb of streams [..., hc, D] (leading dims are positions, batched or not)."""
-    hc = c["hc_mult"]
     flat = rms_norm(streams.flatten(-2), None, c["rms_norm_eps"])
     m = (flat @ fn.t()).float()  # fp32 also when a caller runs the product under autocast
+    return mix_coefficients(m, base, scale, c)
+
+
+def mix_coefficients(m, base, scale, c):
+    """pre, post and Sinkhorn-normalised comb from the mix logits m [..., hc * (2 + hc)]."""
+    hc = c["hc_mult"]
     pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + c["hc_eps"]
     post = 2 * torch.sigmoid(m[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
     comb = (m[..., 2 * hc:] * scale[2] + base[2 * hc:]).view(*m.shape[:-1], hc, hc)
