@@ -24,104 +24,10 @@ import torch
 import torch.nn.functional as F
 
 import dspark_reference as dspark
+import mini_ops as ops
 import v41_reference as v41
 
 EXPERT_NAMES = ("w1", "w2", "w3")
-
-
-def ste(x, q):
-    return x + (q - x).detach()
-
-
-def fake_fp8_weight(w):
-    r, c = w.shape[-2], w.shape[-1]
-    b = w.reshape(-1, r // 32, 32, c // 32, 32)
-    scale = v41.pow2_ceil(b.abs().amax(dim=(2, 4), keepdim=True).clamp_min(1e-4) / 448.0)
-    return (v41.round_e4m3((b / scale).clamp(-448, 448)) * scale).reshape(w.shape)
-
-
-def fake_mxfp4_weight(w):
-    b = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
-    scale = v41.pow2_ceil(b.abs().amax(-1, keepdim=True).clamp_min(6.0 * 2.0 ** -126) / 6.0)
-    return (v41.round_e2m1((b / scale).clamp(-6, 6)) * scale).reshape(w.shape)
-
-
-def rope_bt(x, cos, sin, inverse=False):
-    """Interleaved RoPE on the trailing channels; cos/sin [T, rd/2] index dim 1 of x."""
-    rd = cos.shape[-1] * 2
-    shape = [1, cos.shape[0]] + [1] * (x.dim() - 3) + [rd // 2]
-    c, s = cos.view(shape), sin.view(shape)
-    if inverse:
-        s = -s
-    nope, r = x[..., :-rd], x[..., -rd:]
-    even, odd = r[..., 0::2], r[..., 1::2]
-    rotated = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
-    return torch.cat([nope, rotated], dim=-1)
-
-
-def rope_table(inv_fac, positions):
-    inv, fac = inv_fac
-    angles = positions.double()[:, None] * inv.double().to(positions.device)[None, :]
-    return (angles.cos() * fac).float(), (angles.sin() * fac).float()
-
-
-def top_k(scores, k):
-    """torch.topk over the last dim with the reference's tie rule (the lower index first): an
-    untrained indexer's relu gives many exact zeros."""
-    values, indices = scores.sort(dim=-1, descending=True, stable=True)
-    return torch.return_types.topk((values[..., :k], indices[..., :k]))
-
-
-def window_blocks(q, kv, window):
-    """Queries [B, T, H, d] as [B, n, W, H, d] blocks of W = window positions (T padded up), and per
-    block the keys of it and the block before, [B, n, 2W, d] (zeros before position 0)."""
-    T = q.shape[1]
-    pad = -T % window
-    q = F.pad(q, (0, 0, 0, 0, 0, pad))
-    kv = F.pad(kv, (0, 0, window, pad))
-    blocks = kv.unfold(1, 2 * window, window).transpose(-1, -2)
-    return q.unflatten(1, (-1, window)), blocks
-
-
-def window_logits(qb, blocks, window):
-    """[B, H, T, 2W] query-key products, -inf outside the causal window of `window` keys."""
-    B, n, W, H = qb.shape[:4]
-    logits = torch.einsum("bnwhd,bnkd->bhnwk", qb, blocks)
-    rel = torch.arange(2 * W, device=qb.device)[None, :] - W - torch.arange(W, device=qb.device)[:, None]
-    inside = (rel <= 0) & (rel > -window)  # key position minus query position
-    first = torch.arange(2 * W, device=qb.device) >= W  # block 0 has no block before it
-    mask = inside[None] & (first[None, None, :] | (torch.arange(n, device=qb.device) > 0)[:, None, None])
-    return logits.masked_fill(~mask, -float("inf")).flatten(2, 3)
-
-
-def window_output(probs, blocks, T):
-    """[B, T, H, d] = window probabilities [B, H, T, 2W] times each block's keys (the values)."""
-    n, W = blocks.shape[1], blocks.shape[2] // 2
-    probs = F.pad(probs, (0, 0, 0, n * W - T)).unflatten(2, (n, W))
-    out = torch.einsum("bhnwk,bnkd->bnwhd", probs.to(blocks.dtype), blocks)
-    return out.flatten(1, 2)[:, :T]
-
-
-def mixes(streams, fn, base, scale, c):
-    """v41.mixes with fewer passes over the streams (the largest activations here): the RMS norm
-    without weight commutes with the product, so the product takes the raw streams and its rows
-    are scaled after, and the norm comes from one read (vector_norm) instead of squares and a mean."""
-    flat = streams.flatten(-2).float()
-    rstd = torch.rsqrt(torch.linalg.vector_norm(flat, dim=-1, keepdim=True).square() / flat.shape[-1]
-                       + c["rms_norm_eps"])
-    m = (flat @ fn.t()).float() * rstd  # fp32 also when a caller runs the product under autocast
-    return v41.mix_coefficients(m, base, scale, c)
-
-
-def expand(y, streams, post, comb):
-    """post * y on every stream plus the streams mixed by comb, in fp32 (they are the residual;
-    under autocast a product would round them to bf16); the sum is the product's own addend."""
-    lead = streams.shape[:-2]
-    hc, D = streams.shape[-2:]
-    with torch.autocast(device_type=streams.device.type, enabled=False):
-        added = (post.unsqueeze(-1) * y.unsqueeze(-2).float()).reshape(-1, hc, D)
-        mixed = torch.baddbmm(added, comb.float().reshape(-1, hc, hc).transpose(1, 2), streams.float().reshape(-1, hc, D))
-    return mixed.view(*lead, hc, D)
 
 
 def split_expert_name(name):
@@ -191,9 +97,9 @@ class MiniV41(torch.nn.Module):
         if not self.quantize_weights:
             return w
         if name.endswith(v41.FP8_LINEARS):
-            return ste(w, fake_fp8_weight(w.detach()))
+            return ops.ste(w, ops.fake_fp8_weight(w.detach()))
         if ".ffn.experts." in name:
-            return ste(w, fake_mxfp4_weight(w.detach()))
+            return ops.ste(w, ops.fake_mxfp4_weight(w.detach()))
         return w
 
     def named_checkpoint_tensors(self):
@@ -215,7 +121,7 @@ class MiniV41(torch.nn.Module):
         c = self.c
         B, T = ids.shape
         pos = torch.arange(T, device=ids.device)
-        tables = {k: rope_table(v, pos) for k, v in self.ropes.items()}
+        tables = {k: ops.rope_table(v, pos) for k, v in self.ropes.items()}
         streams = self.p("model.embed.weight")[ids].unsqueeze(2).repeat(1, 1, c["hc_mult"], 1)
         pre_mix = torch.zeros(B, T, c["hc_mult"], device=ids.device)
         pre_mix[..., 0] = 1.0
@@ -234,14 +140,14 @@ class MiniV41(torch.nn.Module):
 
     def block(self, pfx, streams, pre_mix, attention, ffn):
         c, eps = self.c, self.c["rms_norm_eps"]
-        a_pre, a_post, a_comb = mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
+        a_pre, a_post, a_comb = ops.mixes(streams, self.p(pfx + "hc_attn_fn"), self.p(pfx + "hc_attn_base"),
                                       self.p(pfx + "hc_attn_scale"), c)
         h = v41.rms_norm(v41.collapse(streams, pre_mix), self.p(pfx + "attn_norm.weight"), eps)
-        streams = expand(attention(h), streams, a_post, a_comb)
-        f_pre, f_post, f_comb = mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
+        streams = ops.expand(attention(h), streams, a_post, a_comb)
+        f_pre, f_post, f_comb = ops.mixes(streams, self.p(pfx + "hc_ffn_fn"), self.p(pfx + "hc_ffn_base"),
                                       self.p(pfx + "hc_ffn_scale"), c)
         h = v41.rms_norm(v41.collapse(streams, a_pre), self.p(pfx + "ffn_norm.weight"), eps)
-        return expand(ffn(h), streams, f_post, f_comb), f_pre
+        return ops.expand(ffn(h), streams, f_post, f_comb), f_pre
 
     def engram_rows(self, ids):
         """Per Engram layer [B, T, cols] table rows, as v41.engram_hash_ids (n-grams start at the row)."""
@@ -290,8 +196,8 @@ class MiniV41(torch.nn.Module):
         keys = shared["index_keys"]
         hi, di = c["index_n_heads"], c["index_head_dim"]
         q = (qr.detach() @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (hi, di))
-        q = rope_bt(q.float(), *tables["compress"])
-        q = ste(q, v41.fake_fp4(q.detach(), 32, False))
+        q = ops.rope_bt(q.float(), *tables["compress"])
+        q = ops.ste(q, v41.fake_fp4(q.detach(), 32, False))
         s = torch.relu(torch.einsum("bnhd,bgd->bnhg", q, keys)) * di ** -0.5
         w = (x.detach() @ self.p(pfx + "weights_proj.weight").t()).float() * hi ** -0.5
         scores = (s * w.unsqueeze(-1)).sum(2)
@@ -302,7 +208,7 @@ class MiniV41(torch.nn.Module):
             shared["candidates"] = self.candidate_blocks(scores.detach(), (pos + 1) // r)
         elif 0 <= cand < l and "candidates" in shared:
             scores = scores.masked_fill(~shared["candidates"], -float("inf"))
-        top = top_k(scores.detach(), min(c["index_topk"], keys.shape[1]))
+        top = ops.top_k(scores.detach(), min(c["index_topk"], keys.shape[1]))
         shared["selected"] = (top.indices, top.values > -float("inf"))  # [B, T, k] entry, valid
         shared["index_scores"] = scores
 
@@ -315,7 +221,7 @@ class MiniV41(torch.nn.Module):
         last = (visible_count - 1) // bs
         pinned = (torch.arange(nb, device=scores.device)[None, :] == last[:, None]) & (visible_count[:, None] > 0)
         blocks = blocks.masked_fill(pinned.unsqueeze(0), float("inf"))
-        top = top_k(blocks, min(k, nb))
+        top = ops.top_k(blocks, min(k, nb))
         keep = torch.zeros_like(blocks, dtype=torch.bool)
         keep.scatter_(-1, top.indices, top.values > -float("inf"))
         return keep.repeat_interleave(bs, dim=-1)[..., :g]
@@ -330,11 +236,11 @@ class MiniV41(torch.nn.Module):
         B, T = x.shape[:2]
         H, d, eps = c["num_attention_heads"], c["head_dim"], c["rms_norm_eps"]
         qr = v41.rms_norm(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
-        q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), cos, sin)
-        kv = rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
-        kv = ste(kv, v41.fake_fp8(kv.detach(), 32))
-        qb, blocks = window_blocks(q, kv, c["sliding_window"])
-        logits = [window_logits(qb, blocks, c["sliding_window"])[:, :, :T] * d ** -0.5]
+        q = ops.rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), cos, sin)
+        kv = ops.rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
+        kv = ops.ste(kv, v41.fake_fp8(kv.detach(), 32))
+        qb, blocks = ops.window_blocks(q, kv, c["sliding_window"])
+        logits = [ops.window_logits(qb, blocks, c["sliding_window"])[:, :, :T] * d ** -0.5]
         if r:
             if l in c["kv_source_layer_ids"]:
                 self.compressed_entries(l, x, pfx, shared)
@@ -347,15 +253,17 @@ class MiniV41(torch.nn.Module):
                 logits.append(comp.masked_fill(~valid.unsqueeze(1), -float("inf")))
         sinks = self.p(pfx + "attn_sink").view(1, H, 1, 1).expand(B, H, T, 1)
         probs = torch.softmax(torch.cat(logits + [sinks], dim=-1), dim=-1)
-        out = window_output(probs[..., :blocks.shape[2]], blocks, T)
+        out = ops.window_output(probs[..., :blocks.shape[2]], blocks, T)
         if len(logits) > 1:
             selected = probs[..., blocks.shape[2]:-1]
             if aux is not None and l in c["index_source_layer_ids"]:
                 aux.append(self.index_kl(selected.detach(), shared))
-            dense = torch.zeros(B, H, T, shared["entries"].shape[1], dtype=selected.dtype, device=x.device)
-            dense = dense.scatter(-1, shared["selected"][0].unsqueeze(1).expand(-1, H, -1, -1), selected)
+            # In the product's dtype: under autocast it rounds to bf16 anyway, so only bytes are saved.
+            dtype = ops.autocast_dtype(selected)
+            dense = torch.zeros(B, H, T, shared["entries"].shape[1], dtype=dtype, device=x.device)
+            dense = dense.scatter(-1, shared["selected"][0].unsqueeze(1).expand(-1, H, -1, -1), selected.to(dtype))
             out = out + torch.einsum("bhng,bgd->bnhd", dense, shared["entries"])
-        out = rope_bt(out, cos, sin, inverse=True)
+        out = ops.rope_bt(out, cos, sin, inverse=True)
         G = c["o_groups"]
         wo_a = self.p(pfx + "wo_a.weight").view(G, -1, H * d // G)
         grouped = torch.einsum("bngk,grk->bngr", out.reshape(B, T, G, -1), wo_a).flatten(-2)
@@ -366,14 +274,14 @@ class MiniV41(torch.nn.Module):
         c, r, eps = self.c, self.c["compress_ratios"][l], self.c["rms_norm_eps"]
         latent = self.compress(l, x)
         gpos = torch.arange(latent.shape[1], device=x.device) * r
-        gcos, gsin = rope_table(self.ropes["compress"], gpos)
+        gcos, gsin = ops.rope_table(self.ropes["compress"], gpos)
         if l in c["index_source_layer_ids"]:
             ip = pfx + "indexer."
             k = v41.rms_norm(latent.detach() @ self.p(ip + "wk.weight").t(), self.p(ip + "k_norm.weight"), eps)
-            k = rope_bt(k, gcos, gsin)
-            shared["index_keys"] = ste(k, v41.fake_fp4(k.detach(), 32, False))
-        e = rope_bt(latent, gcos, gsin)
-        shared["entries"] = ste(e, v41.fake_fp4(e.detach(), 16, True))
+            k = ops.rope_bt(k, gcos, gsin)
+            shared["index_keys"] = ops.ste(k, v41.fake_fp4(k.detach(), 32, False))
+        e = ops.rope_bt(latent, gcos, gsin)
+        shared["entries"] = ops.ste(e, v41.fake_fp4(e.detach(), 16, True))
         shared.pop("selected", None)
 
     @staticmethod
@@ -447,7 +355,7 @@ class MiniV41(torch.nn.Module):
         ctx_visible = ctx_visible.repeat_interleave(Tb, dim=0)
         blk = torch.arange(A, device=dev).repeat_interleave(Tb)
         visible = torch.cat([ctx_visible, blk[:, None] == blk[None, :]], dim=1)
-        tables = (rope_table(self.ropes["main"], bpos), rope_table(self.ropes["main"], cpos))
+        tables = (ops.rope_table(self.ropes["main"], bpos), ops.rope_table(self.ropes["main"], cpos))
         streams = self.p("model.embed.weight").detach()[block_ids.flatten(1)].unsqueeze(2)
         streams = streams.repeat(1, 1, c["hc_mult"], 1)
         pre = torch.zeros(B, A * Tb, c["hc_mult"], device=dev)
@@ -461,8 +369,8 @@ class MiniV41(torch.nn.Module):
 
     def draft_keys(self, i, x, cos, sin):
         pfx, eps = f"mtp.{i}.attn.", self.c["rms_norm_eps"]
-        kv = rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
-        return ste(kv, v41.fake_fp8(kv.detach(), 32))
+        kv = ops.rope_bt(v41.rms_norm(x @ self.p(pfx + "wkv.weight").t(), self.p(pfx + "kv_norm.weight"), eps), cos, sin)
+        return ops.ste(kv, v41.fake_fp8(kv.detach(), 32))
 
     def draft_attention(self, i, x, m, tables, visible):
         c, pfx = self.c, f"mtp.{i}.attn."
@@ -470,12 +378,12 @@ class MiniV41(torch.nn.Module):
         B, N = x.shape[:2]
         H, d, eps = c["num_attention_heads"], c["head_dim"], c["rms_norm_eps"]
         qr = v41.rms_norm(x @ self.p(pfx + "wq_a.weight").t(), self.p(pfx + "q_norm.weight"), eps)
-        q = rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), bcos, bsin)
+        q = ops.rope_bt((qr @ self.p(pfx + "wq_b.weight").t()).unflatten(-1, (H, d)).float(), bcos, bsin)
         kv = torch.cat([self.draft_keys(i, m, ccos, csin), self.draft_keys(i, x, bcos, bsin)], dim=1)
         logits = (torch.einsum("bnhd,btd->bhnt", q, kv) * d ** -0.5).masked_fill(~visible, -float("inf"))
         sinks = self.p(pfx + "attn_sink").view(1, H, 1, 1).expand(B, H, N, 1)
         probs = torch.softmax(torch.cat([logits, sinks], dim=-1), dim=-1)[..., :-1]
-        out = rope_bt(torch.einsum("bhnt,btd->bnhd", probs, kv), bcos, bsin, inverse=True)
+        out = ops.rope_bt(torch.einsum("bhnt,btd->bnhd", probs, kv), bcos, bsin, inverse=True)
         G = c["o_groups"]
         wo_a = self.p(pfx + "wo_a.weight").view(G, -1, H * d // G)
         grouped = torch.einsum("bngk,grk->bngr", out.reshape(B, N, G, -1), wo_a).flatten(-2)

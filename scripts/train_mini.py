@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dspark_reference as dspark  # noqa: E402
 import mini_eval  # noqa: E402
 import mini_model  # noqa: E402
+import mini_ops  # noqa: E402
 import python_corpus as corpus  # noqa: E402
 import v41_reference as v41  # noqa: E402
 
@@ -194,7 +195,7 @@ def step_losses(model, data, args, rows, gen, dev, loss_fn=losses):
 
 
 PARTS = ((v41, ("rms_norm", "fake_fp8", "fake_fp4")),
-         (mini_model, ("mixes", "fake_fp8_weight", "fake_mxfp4_weight", "rope_bt", "expand")))
+         (mini_ops, ("mixes", "fake_fp8_weight", "fake_mxfp4_weight", "rope_bt", "expand")))
 
 
 def compiled_losses(mode, model):
