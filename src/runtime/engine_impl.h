@@ -99,7 +99,9 @@ private:
     void launch(const StepPlan& plan);
     StepOutput wait_step();
     // `ahead`: rows after the sequence's last token (a draft's position in a verified chunk).
-    void add_sample_row(Sequence& s, SampleJob& job, int64_t ahead = 0);
+    // with_penalties false: the row reads and records no penalty state (its sample is redone on
+    // the host: resample_after_drafts).
+    void add_sample_row(Sequence& s, SampleJob& job, int64_t ahead = 0, bool with_penalties = true);
     // Per sampling chunk, its rows' samples; none for a chunk whose sequence no longer wants them
     // (finished, cancelled, or waiting for a late grammar mask).
     std::vector<std::vector<SampleOutput>> sampled_rows(const StepPlan& plan, const StepOutput& step);
@@ -116,6 +118,12 @@ private:
     void commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
                          std::span<const std::vector<float>> raw_logits, int64_t& detokenize_us);
     bool drafts_have_distribution(const ScheduledChunk& c) const;
+    // A verified chunk of a sequence with penalties: only its first row samples on the device
+    // (its history is the sequence's); the rows after drafts come back raw and are sampled here.
+    bool penalized_drafts(const ScheduledChunk& c) const;
+    void resample_after_drafts(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                               std::span<const std::vector<float>> raw_logits) const;
+    size_t raw_rows_of(const ScheduledChunk& c) const;
     size_t verify_with_distribution(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
                                     std::span<const std::vector<float>> raw_logits) const;
     void record_verification(size_t drafts, size_t kept);

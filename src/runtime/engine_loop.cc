@@ -85,10 +85,13 @@ void EngineImpl::launch(const StepPlan& plan) {
         batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
         bool raw = drafts_have_distribution(c);  // the rule reads the rows of the drafts' positions
+        bool penalized = penalized_drafts(c);     // the rows after drafts are sampled on the host
         for (int64_t r = c.sample_rows(); r > 0; --r) {  // a verified chunk samples after every position
-            if (raw && r > 1) job.raw_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
+            int64_t ahead = c.sample_rows() - r;
+            if ((raw && r > 1) || (penalized && ahead > 0))
+                job.raw_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
             batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count - r));
-            add_sample_row(*s, job, c.sample_rows() - r);
+            add_sample_row(*s, job, ahead, !penalized || ahead == 0);
         }
         s->inflight = c.count;
         s->awaiting_sample = c.samples;
@@ -102,13 +105,13 @@ void EngineImpl::launch(const StepPlan& plan) {
 // The sampling row of a sequence whose chunk ends at its last token: the next token's position
 // is the draw's counter; a sequence with penalties gets its row of penalty state (its history is
 // written when the row is new to it).
-void EngineImpl::add_sample_row(Sequence& s, SampleJob& job, int64_t ahead) {
+void EngineImpl::add_sample_row(Sequence& s, SampleJob& job, int64_t ahead, bool with_penalties) {
     const SamplingParams& p = s.request->request.sampling;
     kernels::SampleRow row = sample_row_of(p, s.seed, static_cast<int64_t>(s.tokens.size()) + ahead);
     row.bias_begin = static_cast<int32_t>(job.bias.size());
     for (const auto& [token, bias] : p.logit_bias) job.bias.push_back({token, bias});
     row.bias_count = static_cast<int32_t>(job.bias.size()) - row.bias_begin;
-    if (needs_penalty_state(p)) {
+    if (needs_penalty_state(p) && with_penalties) {
         bool fresh = false;
         row.penalty_slot = penalty_slots_->acquire(&s, launches_, fresh);
         if (fresh)
@@ -185,7 +188,7 @@ void EngineImpl::commit(const StepPlan& plan, const StepOutput& step) {
         s->inflight = 0;
         s->awaiting_sample = false;
         if (!c.draft.empty()) {
-            size_t rows = drafts_have_distribution(c) ? c.draft.size() : 0;
+            size_t rows = raw_rows_of(c);
             commit_verified(c, sampled[row++], std::span(step.raw_logits).subspan(raw, rows), detokenize_us);
             raw += rows;
             continue;

@@ -11,6 +11,9 @@
 // keeps more of them when q resembles the target; the output then has the target's
 // distribution but is not the sequence decoding without drafts samples.
 //
+// With penalties, a draft changes the history the next position is sampled with: the rows after
+// drafts come back raw and are sampled on the host with the drafts in the history.
+//
 // The positions after the last kept token were written into the cache by the step; they are not
 // computed as far as the sequence knows (num_computed stops before them), and the cache's ring and
 // carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
@@ -32,9 +35,34 @@ bool verifies_model_draft(const ScheduledChunk& c) { return c.seq->drafted_for =
 }  // namespace
 
 bool EngineImpl::speculates(const GenerationRequest& r) const {
-    // Penalty state and grammar matchers advance one token per step; their rows cannot sample
-    // several positions of one sequence at once.
-    return drafter_ != nullptr && !needs_penalty_state(r.sampling) && !r.grammar.active();
+    // A grammar matcher advances one token per step: its mask rows cannot cover positions after
+    // drafts it has not taken. Penalties can (penalized_drafts).
+    return drafter_ != nullptr && !r.grammar.active();
+}
+
+bool EngineImpl::penalized_drafts(const ScheduledChunk& c) const {
+    return !c.draft.empty() && needs_penalty_state(c.seq->request->request.sampling);
+}
+
+size_t EngineImpl::raw_rows_of(const ScheduledChunk& c) const {
+    return drafts_have_distribution(c) || penalized_drafts(c) ? c.draft.size() : 0;
+}
+
+// The sample after draft i (i >= 1) with the penalties of a history that holds drafts 0..i-1,
+// from the row's raw logits by the host sampler (the device's choice for those logits, history
+// and (seed, position)), for as long as the drafts before it are confirmed: a later row is not
+// read.
+void EngineImpl::resample_after_drafts(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                                       std::span<const std::vector<float>> raw_logits) const {
+    const Sequence& s = *c.seq;
+    std::span<const int32_t> prompt(s.tokens.data(), s.prompt_len);
+    std::vector<int32_t> history(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    for (size_t i = 1; i < samples.size() && i <= raw_logits.size(); ++i) {
+        if (samples[i - 1].token != c.draft[i - 1] && !config_.speculative.test_accept_unchecked) break;
+        history.push_back(c.draft[i - 1]);
+        samples[i] = sample_token({raw_logits[i - 1], &s.request->request.sampling, s.seed,
+                                   static_cast<int64_t>(s.tokens.size() + i), prompt, history});
+    }
 }
 
 void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
@@ -42,9 +70,11 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
     Sequence& s = *c.seq;
     const size_t drafts = c.draft.size();
     size_t kept = 0;
+    bool penalized = penalized_drafts(c);
     if (!samples.empty()) {
+        if (penalized) resample_after_drafts(c, samples, raw_logits);
         if (config_.speculative.test_accept_unchecked) kept = drafts;
-        else if (!raw_logits.empty()) kept = verify_with_distribution(c, samples, raw_logits);
+        else if (drafts_have_distribution(c)) kept = verify_with_distribution(c, samples, raw_logits);
         else
             while (kept < drafts && samples[kept].token == c.draft[kept]) ++kept;
         // A draft model's drafts from a context that just restarted (after a rest) are kept far
@@ -58,13 +88,16 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
         if (i < kept) samples[i].token = c.draft[i];  // the same token, unless kept unchecked (tests)
         append_token(s, std::move(samples[i]), detokenize_us);
     }
+    // The penalty row counted only the first sample: rewritten from the tokens when it next samples.
+    if (penalized && kept > 0) penalty_slots_->release(&s);
 }
 
 // Deterministic requests keep the point-mass rule: which positions a verification covers depends
-// on the batch (token budget, planner), and under the general rule so would their tokens.
+// on the batch (token budget, planner), and under the general rule so would their tokens. So do
+// requests with penalties: the general rule would need every draft position's penalized row.
 bool EngineImpl::drafts_have_distribution(const ScheduledChunk& c) const {
     const Sequence& s = *c.seq;
-    return !c.draft.empty() && !s.deterministic && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
+    return !c.draft.empty() && !s.deterministic && !penalized_drafts(c) && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
            s.model_draft_logits.size() >= c.draft.size();
 }
 

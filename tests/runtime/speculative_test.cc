@@ -1,6 +1,7 @@
 // Speculative decoding (n-gram drafts): the output with drafts equals the output without them,
-// token for token and logprob for logprob, for greedy and seeded sampled requests, requests that
-// decode without drafts (penalties) among them, under chunked prefill, prefix-cache hits and
+// token for token and logprob for logprob, for greedy and seeded sampled requests, requests with
+// penalties among them (their rows after drafts sampled with the drafts in the history), under
+// chunked prefill, prefix-cache hits and
 // forced preemption; on the V4 and V4.1 fixtures and the bundled model. Steps verify drafts that
 // are kept and drafts that are not (so the cache's rollback slack is exercised), and an engine
 // that keeps drafts without checking them (a broken acceptance rule) changes the output.
@@ -425,7 +426,11 @@ std::vector<GenerationRequest> requests(const Model& m, uint64_t seed) {
         case 0: r.sampling.temperature = 0; break;
         case 1: r.sampling.temperature = 0.7f, r.sampling.top_p = 0.9f; break;
         case 2: r.sampling.temperature = 1.0f, r.sampling.n = 2, r.sampling.top_k = 20; break;
-        case 3: r.sampling.temperature = 0, r.sampling.presence_penalty = 0.5f; break;  // decodes without drafts
+        case 3:  // penalties: the rows after drafts are sampled with the drafts in their history
+            r.sampling.repetition_penalty = 1.3f, r.sampling.presence_penalty = 0.5f;
+            if (i == 7) r.sampling.temperature = 0.8f, r.sampling.frequency_penalty = 0.4f;
+            else r.sampling.temperature = 0;
+            break;
         }
         out.push_back(std::move(r));
     }
