@@ -118,11 +118,12 @@ private:
     void commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
                          std::span<const std::vector<float>> raw_logits, int64_t& detokenize_us);
     bool drafts_have_distribution(const ScheduledChunk& c) const;
-    // A verified chunk of a sequence with penalties: only its first row samples on the device
-    // (its history is the sequence's); the rows after drafts come back raw and are sampled here.
-    bool penalized_drafts(const ScheduledChunk& c) const;
-    void resample_after_drafts(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
-                               std::span<const std::vector<float>> raw_logits) const;
+    // A verified chunk of a sequence with penalties or a grammar: only its first row samples on
+    // the device (its history and mask are the sequence's); the rows after drafts come back raw
+    // and are sampled here.
+    bool host_samples_after_drafts(const ScheduledChunk& c) const;
+    size_t resample_after_drafts(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                                 std::span<const std::vector<float>> raw_logits) const;
     size_t raw_rows_of(const ScheduledChunk& c) const;
     size_t verify_with_distribution(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
                                     std::span<const std::vector<float>> raw_logits) const;

@@ -85,13 +85,13 @@ void EngineImpl::launch(const StepPlan& plan) {
         batch.compressed_until.push_back(s->compressed_until);
         batch.prompt_lengths.push_back(s->prompt_len);
         bool raw = drafts_have_distribution(c);  // the rule reads the rows of the drafts' positions
-        bool penalized = penalized_drafts(c);     // the rows after drafts are sampled on the host
+        bool on_host = host_samples_after_drafts(c);  // the rows after drafts are sampled on the host
         for (int64_t r = c.sample_rows(); r > 0; --r) {  // a verified chunk samples after every position
             int64_t ahead = c.sample_rows() - r;
-            if ((raw && r > 1) || (penalized && ahead > 0))
+            if ((raw && r > 1) || (on_host && ahead > 0))
                 job.raw_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
             batch.logit_rows.push_back(begin + static_cast<int32_t>(c.count - r));
-            add_sample_row(*s, job, ahead, !penalized || ahead == 0);
+            add_sample_row(*s, job, ahead, !on_host || ahead == 0);
         }
         s->inflight = c.count;
         s->awaiting_sample = c.samples;

@@ -11,14 +11,16 @@
 // keeps more of them when q resembles the target; the output then has the target's
 // distribution but is not the sequence decoding without drafts samples.
 //
-// With penalties, a draft changes the history the next position is sampled with: the rows after
-// drafts come back raw and are sampled on the host with the drafts in the history.
+// With penalties or a grammar, a draft changes the history (and the matcher state) the next
+// position is sampled with: the rows after drafts come back raw and are sampled on the host with
+// the drafts in the history and the mask of a matcher that took them.
 //
 // The positions after the last kept token were written into the cache by the step; they are not
 // computed as far as the sequence knows (num_computed stops before them), and the cache's ring and
 // carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "kernels/cpu/cpu_sampler.h"
 #include "runtime/engine_impl.h"
@@ -34,35 +36,46 @@ bool verifies_model_draft(const ScheduledChunk& c) { return c.seq->drafted_for =
 
 }  // namespace
 
-bool EngineImpl::speculates(const GenerationRequest& r) const {
-    // A grammar matcher advances one token per step: its mask rows cannot cover positions after
-    // drafts it has not taken. Penalties can (penalized_drafts).
-    return drafter_ != nullptr && !r.grammar.active();
-}
+bool EngineImpl::speculates(const GenerationRequest&) const { return drafter_ != nullptr; }
 
-bool EngineImpl::penalized_drafts(const ScheduledChunk& c) const {
-    return !c.draft.empty() && needs_penalty_state(c.seq->request->request.sampling);
+bool EngineImpl::host_samples_after_drafts(const ScheduledChunk& c) const {
+    return !c.draft.empty() && (needs_penalty_state(c.seq->request->request.sampling) || c.seq->grammar);
 }
 
 size_t EngineImpl::raw_rows_of(const ScheduledChunk& c) const {
-    return drafts_have_distribution(c) || penalized_drafts(c) ? c.draft.size() : 0;
+    return drafts_have_distribution(c) || host_samples_after_drafts(c) ? c.draft.size() : 0;
 }
 
-// The sample after draft i (i >= 1) with the penalties of a history that holds drafts 0..i-1,
-// from the row's raw logits by the host sampler (the device's choice for those logits, history
-// and (seed, position)), for as long as the drafts before it are confirmed: a later row is not
-// read.
-void EngineImpl::resample_after_drafts(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
-                                       std::span<const std::vector<float>> raw_logits) const {
+// The sample after draft i (i >= 1) from the row's raw logits by the host sampler (the device's
+// choice for those logits, history and (seed, position)), with the drafts before it in the
+// penalty history and, under a grammar, masked by a fork of the matcher that took them; for as
+// long as the drafts before it are confirmed. Returns how many leading samples hold.
+size_t EngineImpl::resample_after_drafts(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
+                                         std::span<const std::vector<float>> raw_logits) const {
     const Sequence& s = *c.seq;
     std::span<const int32_t> prompt(s.tokens.data(), s.prompt_len);
     std::vector<int32_t> history(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    for (size_t i = 1; i < samples.size() && i <= raw_logits.size(); ++i) {
+    std::optional<grammar::GrammarMatcher> matcher;  // row 0's mask is done: the service is off it
+    std::vector<uint32_t> words;
+    std::vector<float> masked;
+    if (s.grammar) matcher.emplace(*s.grammar->matcher), words.resize(static_cast<size_t>(grammar_->mask_words()));
+    size_t i = 1;
+    for (; i < samples.size() && i <= raw_logits.size(); ++i) {
         if (samples[i - 1].token != c.draft[i - 1] && !config_.speculative.test_accept_unchecked) break;
         history.push_back(c.draft[i - 1]);
-        samples[i] = sample_token({raw_logits[i - 1], &s.request->request.sampling, s.seed,
-                                   static_cast<int64_t>(s.tokens.size() + i), prompt, history});
+        std::span<const float> logits = raw_logits[i - 1];
+        if (matcher) {
+            // A terminated matcher allows nothing: the sequence ends at the draft that ended it.
+            if (!matcher->accept_token(c.draft[i - 1]) || matcher->is_terminated()) break;
+            matcher->fill_next_token_bitmask(words.data());
+            masked.assign(logits.begin(), logits.end());
+            apply_token_mask_on_host(masked.data(), static_cast<int64_t>(masked.size()), words.data());
+            logits = masked;
+        }
+        samples[i] = sample_token({logits, &s.request->request.sampling, s.seed, static_cast<int64_t>(s.tokens.size() + i),
+                                   prompt, history});
     }
+    return i;
 }
 
 void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutput>& samples,
@@ -70,13 +83,13 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
     Sequence& s = *c.seq;
     const size_t drafts = c.draft.size();
     size_t kept = 0;
-    bool penalized = penalized_drafts(c);
+    const bool on_host = host_samples_after_drafts(c);
     if (!samples.empty()) {
-        if (penalized) resample_after_drafts(c, samples, raw_logits);
-        if (config_.speculative.test_accept_unchecked) kept = drafts;
+        size_t valid = on_host ? resample_after_drafts(c, samples, raw_logits) : samples.size();
+        if (config_.speculative.test_accept_unchecked) kept = std::min(drafts, valid - 1);
         else if (drafts_have_distribution(c)) kept = verify_with_distribution(c, samples, raw_logits);
         else
-            while (kept < drafts && samples[kept].token == c.draft[kept]) ++kept;
+            while (kept < drafts && kept + 1 < valid && samples[kept].token == c.draft[kept]) ++kept;
         // A draft model's drafts from a context that just restarted (after a rest) are kept far
         // less often than usual; counting them would make drafting look worse than it is.
         bool cold = verifies_model_draft(c) && c.start - s.draft_context_from < kWarmContext;
@@ -89,15 +102,16 @@ void EngineImpl::commit_verified(const ScheduledChunk& c, std::vector<SampleOutp
         append_token(s, std::move(samples[i]), detokenize_us);
     }
     // The penalty row counted only the first sample: rewritten from the tokens when it next samples.
-    if (penalized && kept > 0) penalty_slots_->release(&s);
+    if (on_host && kept > 0 && needs_penalty_state(s.request->request.sampling)) penalty_slots_->release(&s);
 }
 
 // Deterministic requests keep the point-mass rule: which positions a verification covers depends
 // on the batch (token budget, planner), and under the general rule so would their tokens. So do
-// requests with penalties: the general rule would need every draft position's penalized row.
+// requests with penalties or a grammar: the general rule would need every draft position's
+// penalized and masked row.
 bool EngineImpl::drafts_have_distribution(const ScheduledChunk& c) const {
     const Sequence& s = *c.seq;
-    return !c.draft.empty() && !s.deterministic && !penalized_drafts(c) && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
+    return !c.draft.empty() && !s.deterministic && !host_samples_after_drafts(c) && s.drafted_for == static_cast<int64_t>(s.tokens.size()) &&
            s.model_draft_logits.size() >= c.draft.size();
 }
 

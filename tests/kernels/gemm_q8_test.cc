@@ -93,7 +93,9 @@ TEST(Q8, QuantizeRoundsWithinHalfAStep) {
                 for (int64_t i = begin; i < end; ++i) {
                     float v = bf16_to_f32(w.data<uint16_t>()[r * k + i]), got = back.data<float>()[r * k + i];
                     ASSERT_LE(std::fabs(got - v), amax / 127.0f * 0.5f * (1 + 1e-5f) + 1e-30f) << "k=" << k << " i=" << i;
-                    if (amax == 0) ASSERT_EQ(got, 0.0f);
+                    if (amax == 0) {
+                        ASSERT_EQ(got, 0.0f);
+                    }
                 }
             }
         }

@@ -21,6 +21,7 @@
 #include "runtime/speculative/rejection.h"
 #include "runtime/speculative/verify_planner.h"
 #include "tests/runtime/cache_size_util.h"
+#include "tests/runtime/oracle_drafter.h"
 #include "tests/runtime/test_models.h"
 
 namespace deepinfer::test {
@@ -436,28 +437,6 @@ std::vector<GenerationRequest> requests(const Model& m, uint64_t seed) {
     }
     return out;
 }
-
-// Proposes what decoding without drafts produced (the sequence that continues the tokens so far),
-// with one token made wrong at a place that depends on the length: drafts are kept and rejected
-// at every position, and sometimes all are kept.
-class OracleDrafter final : public runtime::Drafter {
-public:
-    OracleDrafter(std::vector<std::vector<int32_t>> sequences, int vocab) : sequences_(std::move(sequences)), vocab_(vocab) {}
-    std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const override {
-        for (const auto& f : sequences_) {
-            if (f.size() <= tokens.size() || !std::equal(tokens.begin(), tokens.end(), f.begin())) continue;
-            std::vector<int32_t> d(f.begin() + tokens.size(), f.begin() + std::min(f.size(), tokens.size() + max_tokens));
-            size_t wrong = (tokens.size() * 2654435761u >> 7) % (d.size() + 2);
-            if (wrong < d.size()) d[wrong] = (d[wrong] + 1) % vocab_;
-            return d;
-        }
-        return {};
-    }
-
-private:
-    std::vector<std::vector<int32_t>> sequences_;
-    int vocab_;
-};
 
 struct Setup {
     bool speculative = true;
