@@ -113,12 +113,23 @@ void expect_drafts_kept_and_rejected(const EngineStats& st) {
 // Bit-exact comparisons between runs need batch-invariant kernels (the CPU's; issue 23 for CUDA).
 bool batch_invariant() { return device() == "cpu"; }
 
-TEST(SpeculativeStructured, GrammarAndPenaltyOutputsEqualDecodingWithoutDrafts) {
-    if (!batch_invariant()) GTEST_SKIP() << "bit-exact comparisons across batches need batch-invariant kernels";
+// Random requests and their output without drafts.
+struct Plain {
+    std::vector<GenerationRequest> reqs;
+    std::vector<Output> want;
+};
+
+Plain plain_run() {
     uint64_t seed = std::random_device{}();
     std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-    std::vector<GenerationRequest> reqs = requests(seed);
-    std::vector<Output> want = run_all(nano_config(), reqs);
+    Plain p{requests(seed), {}};
+    p.want = run_all(nano_config(), p.reqs);
+    return p;
+}
+
+TEST(SpeculativeStructured, GrammarAndPenaltyOutputsEqualDecodingWithoutDrafts) {
+    if (!batch_invariant()) GTEST_SKIP() << "bit-exact comparisons across batches need batch-invariant kernels";
+    auto [reqs, want] = plain_run();
     EngineStats st;
     expect_same(run_all(speculative(nano_config(), reqs, want), reqs, &st), want);
     expect_drafts_kept_and_rejected(st);
@@ -127,10 +138,7 @@ TEST(SpeculativeStructured, GrammarAndPenaltyOutputsEqualDecodingWithoutDrafts) 
 
 TEST(SpeculativeStructured, LateMasksKeepTheOutput) {
     if (!batch_invariant()) GTEST_SKIP() << "bit-exact comparisons across batches need batch-invariant kernels";
-    uint64_t seed = std::random_device{}();
-    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-    std::vector<GenerationRequest> reqs = requests(seed);
-    std::vector<Output> want = run_all(nano_config(), reqs);
+    auto [reqs, want] = plain_run();
     EngineConfig slow = speculative(nano_config(), reqs, want);
     slow.structured.mask_deadline_ms = 0;
     slow.structured.test_slow_mask_every = 3;  // every third mask takes 30 ms more than any step here
