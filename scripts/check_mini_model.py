@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the trainer's batched V4.1 (mini_model.py) against v41_reference.py: a small random
+"""Checks the trainer's batched V4.1 (mini_model.py, dense and sparse MoE) against v41_reference.py: a small random
 model with perturbed norms, mixes and sinks, its fake-quantised weights given to the reference,
 logits of a batch of rows of two lengths (one not a multiple of the window) compared with the
 reference's per-row forward. Exits non-zero when they differ. CPU, a few seconds.
@@ -69,12 +69,15 @@ def main():
     for length in map(int, args.lengths.split(",")):
         ids = torch.randint(3, 250, (2, length), generator=torch.Generator().manual_seed(args.seed + length))
         with torch.no_grad():
-            logits, _ = model(ids)
-            for row in range(ids.shape[0]):
-                expected = ref.forward(ids[row])
-                diff = (logits[row] - expected).abs().max().item() / expected.abs().max().item()
-                print(f"length {length} row {row}: max |diff| / max |ref| = {diff:.2e}")
-                worst = max(worst, diff)
+            expected = [ref.forward(ids[row]) for row in range(ids.shape[0])]
+            for sparse in (False, True):  # routed experts on every token, or on their own tokens
+                model.sparse_moe = sparse
+                logits, _ = model(ids)
+                for row in range(ids.shape[0]):
+                    diff = (logits[row] - expected[row]).abs().max().item() / expected[row].abs().max().item()
+                    print(f"length {length} row {row} {'sparse' if sparse else 'dense'} MoE: "
+                          f"max |diff| / max |ref| = {diff:.2e}")
+                    worst = max(worst, diff)
     ok = worst < 1e-3  # fp32 sums in another order; a real difference shows as 1e-2 and more
     print("equal to the reference" if ok else "DIFFERS from the reference")
     sys.exit(0 if ok else 1)

@@ -65,6 +65,7 @@ class MiniV41(torch.nn.Module):
         super().__init__()
         self.c = c
         self.quantize_weights = True
+        self.sparse_moe = False  # routed experts on their own tokens (routed_sparse) instead of all
         shapes = dict(v41.tensor_shapes(c), **dspark.draft_tensor_shapes(c))
         self.expert_counts = {}
         for name, (shape, _dtype) in shapes.items():
@@ -306,13 +307,15 @@ class MiniV41(torch.nn.Module):
         if topk > 1:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
         w = w * c["routed_scaling_factor"]
-        combine = torch.zeros_like(scores).scatter(-1, ids, w)
         if self.training:
             flat = ids.flatten()
             self.loads[pfx] = torch.zeros(scores.shape[-1], device=x.device).scatter_add_(
                 0, flat, torch.ones_like(flat, dtype=torch.float))
         y = self.expert(p + "shared_experts.", x)
         w1, w2, w3 = (self.p(p + f"experts.{n}.weight") for n in EXPERT_NAMES)
+        if self.sparse_moe:
+            return y + self.routed_sparse(x, ids, w, w1, w2, w3)
+        combine = torch.zeros_like(scores).scatter(-1, ids, w)
         g = torch.einsum("...d,eid->...ei", x, w1)
         u = torch.einsum("...d,eid->...ei", x, w3)
         lim = c["swiglu_limit"]
@@ -320,6 +323,24 @@ class MiniV41(torch.nn.Module):
             u, g = u.clamp(-lim, lim), g.clamp(max=lim)
         a = F.silu(g) * u * combine.unsqueeze(-1).to(u.dtype)
         return y + torch.einsum("...ei,edi->...d", a, w2)
+
+    def routed_sparse(self, x, ids, w, w1, w2, w3):
+        """The routed experts on their own tokens only (sorted by expert; one host synchronisation
+        for the counts): the dense path's result with a k/E share of its expert work and memory."""
+        lim, D = self.c["swiglu_limit"], x.shape[-1]
+        flat_x, k = x.reshape(-1, D), ids.shape[-1]
+        order = torch.argsort(ids.reshape(-1), stable=True)
+        token = order // k
+        counts = torch.bincount(ids.reshape(-1), minlength=w1.shape[0]).tolist()
+        outs = []
+        for e, rows in enumerate(flat_x[token].split(counts)):
+            g, u = rows @ w1[e].t(), rows @ w3[e].t()
+            if lim > 0:
+                u, g = u.clamp(-lim, lim), g.clamp(max=lim)
+            outs.append((F.silu(g) * u) @ w2[e].t())
+        weighted = torch.cat(outs).float() * w.reshape(-1)[order].unsqueeze(-1)
+        out = torch.zeros(flat_x.shape[0], D, device=x.device).index_add(0, token, weighted)
+        return out.view(*x.shape[:-1], D)
 
     def expert(self, pfx, x):
         lim = self.c["swiglu_limit"]

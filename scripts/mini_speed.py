@@ -48,7 +48,8 @@ def measure(variant, rows, steps=6, profile=False):
     model, gen = build(dev)
     data = torch.randint(3, model.c["vocab_size"], (4_000_000,), generator=gen)
     args = argparse.Namespace(seq=512, anchors=32, gamma=3.0)
-    loss_fn, _ = train_mini.compiled_losses({"eager": "none"}.get(variant, variant), model)
+    model.sparse_moe = variant == "sparse"  # eager, routed experts on their own tokens
+    loss_fn, _ = train_mini.compiled_losses({"eager": "none", "sparse": "none"}.get(variant, variant), model)
     opt = train_mini.optimizer(model, 1e-3, dev)
 
     def step():
@@ -90,7 +91,7 @@ def measure(variant, rows, steps=6, profile=False):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", default="eager:64,eager:128,eager:256,parts:256,full:256",
-                    help="VARIANT:BATCH,... with VARIANT eager, parts, blocks or full")
+                    help="VARIANT:BATCH,... with VARIANT eager, sparse (eager, sparse MoE), parts, blocks or full")
     ap.add_argument("--profile-batch", type=int, default=128)
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--one")

@@ -388,6 +388,8 @@ def main():
     ap.add_argument("--data-mb", type=float, default=320.0, help="cap on training text (MB)")
     ap.add_argument("--compile", choices=("none", "parts", "blocks", "full"), default="none",
                     help="torch.compile the loss's helpers, each layer or all of it (GPU; not with --batch 0)")
+    ap.add_argument("--moe", choices=("dense", "sparse"), default="dense",
+                    help="routed experts on every token (no host synchronisation) or on their own tokens")
     ap.add_argument("--smoke", action="store_true", help="a tiny model on a few files (CPU is enough)")
     args = ap.parse_args()
     if args.batch == 0 and args.compile != "none":
@@ -413,6 +415,7 @@ def main():
     report["train_tokens"], report["prep_seconds"] = len(data), time.time() - t_start
     print(json.dumps({k: v for k, v in report.items() if k != "sources"}), flush=True)
     model = mini_model.MiniV41(c, gen, token_map).to(dev)
+    model.sparse_moe = args.moe == "sparse"
     main_params = sum(t.numel() for n, t in model.named_checkpoint_tensors() if not n.startswith("mtp."))
     report["parameters_main"] = main_params
     report["parameters_draft"] = sum(t.numel() for n, t in model.named_checkpoint_tensors() if n.startswith("mtp."))
