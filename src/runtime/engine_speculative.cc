@@ -20,7 +20,7 @@
 // carry slack (ModelConfig::rollback_tokens) keeps every row the kept positions still need.
 #include <algorithm>
 #include <chrono>
-#include <optional>
+#include <memory>
 
 #include "kernels/cpu/cpu_sampler.h"
 #include "runtime/engine_impl.h"
@@ -55,10 +55,15 @@ size_t EngineImpl::resample_after_drafts(const ScheduledChunk& c, std::vector<Sa
     const Sequence& s = *c.seq;
     std::span<const int32_t> prompt(s.tokens.data(), s.prompt_len);
     std::vector<int32_t> history(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    std::optional<grammar::GrammarMatcher> matcher;  // row 0's mask is done: the service is off it
+    grammar::GrammarMatcher* matcher = nullptr;  // row 0's mask is done: the service is off it
     std::vector<uint32_t> words;
     std::vector<float> masked;
-    if (s.grammar) matcher.emplace(*s.grammar->matcher), words.resize(static_cast<size_t>(grammar_->mask_words()));
+    if (SequenceGrammar* g = c.seq->grammar.get()) {
+        if (g->draft_matcher) *g->draft_matcher = *g->matcher;  // the same grammar: keeps its scratch
+        else g->draft_matcher = std::make_unique<grammar::GrammarMatcher>(*g->matcher);
+        matcher = g->draft_matcher.get();
+        words.resize(static_cast<size_t>(grammar_->mask_words()));
+    }
     size_t i = 1;
     for (; i < samples.size() && i <= raw_logits.size(); ++i) {
         if (samples[i - 1].token != c.draft[i - 1] && !config_.speculative.test_accept_unchecked) break;

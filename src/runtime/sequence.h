@@ -24,6 +24,9 @@ struct RequestState;
 // `late_logits` is the row's unmasked logits).
 struct SequenceGrammar {
     std::shared_ptr<grammar::GrammarMatcher> matcher;
+    // A fork of matcher that takes a step's drafts to mask the rows after them (kept between
+    // steps so that its scratch is reused).
+    std::unique_ptr<grammar::GrammarMatcher> draft_matcher;
     std::shared_ptr<StepMasks> late_masks;
     size_t late_row = 0;
     std::vector<float> late_logits;
