@@ -14,6 +14,7 @@
 
 #include "deepinfer/engine.h"
 #include "tests/runtime/oracle_drafter.h"
+#include "tests/runtime/structured_util.h"
 #include "tests/test_util.h"
 
 namespace deepinfer::test {
@@ -24,19 +25,6 @@ struct Output {
     std::vector<uint32_t> logprobs;  // bits
     std::string text;
 };
-
-const char* kSchema = R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
-    "tag": {"type": "string", "pattern": "^[a-z]{1,6}$"}, "ok": {"type": "boolean"}}, "required": ["id", "tag", "ok"],
-    "additionalProperties": false})";
-
-EngineConfig nano_config() {
-    EngineConfig c;
-    c.model.path = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-nano";
-    c.model.device = device();
-    c.model.threads = 2;
-    c.cache.memory_bytes = 256LL << 20;
-    return c;
-}
 
 // Grammar rows (a regex, a JSON schema) greedy and sampled, some with penalties and logprobs,
 // next to free rows with penalties; prompts are random tokens.
@@ -50,7 +38,7 @@ std::vector<GenerationRequest> requests(uint64_t seed) {
         r.sampling.seed = rng();
         r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
         r.sampling.logprobs = i % 3 == 0 ? 2 : -1;
-        if (i % 5 < 2) r.grammar = {GrammarSpec::Kind::kRegex, "[0-9]{3}-[a-z]{2,4}(, [0-9]{3}-[a-z]{2,4}){0,3}"};
+        if (i % 5 < 2) r.grammar = {GrammarSpec::Kind::kRegex, kIdListRegex};
         else if (i % 5 < 4) r.grammar = {GrammarSpec::Kind::kJsonSchema, kSchema};
         if (i % 4 >= 2) r.sampling.repetition_penalty = 1.3f, r.sampling.frequency_penalty = 0.5f;
         out.push_back(std::move(r));
@@ -123,7 +111,7 @@ Plain plain_run() {
     uint64_t seed = std::random_device{}();
     std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
     Plain p{requests(seed), {}};
-    p.want = run_all(nano_config(), p.reqs);
+    p.want = run_all(nano_structured_config(), p.reqs);
     return p;
 }
 
@@ -131,7 +119,7 @@ TEST(SpeculativeStructured, GrammarAndPenaltyOutputsEqualDecodingWithoutDrafts) 
     if (!batch_invariant()) GTEST_SKIP() << "bit-exact comparisons across batches need batch-invariant kernels";
     auto [reqs, want] = plain_run();
     EngineStats st;
-    expect_same(run_all(speculative(nano_config(), reqs, want), reqs, &st), want);
+    expect_same(run_all(speculative(nano_structured_config(), reqs, want), reqs, &st), want);
     expect_drafts_kept_and_rejected(st);
     EXPECT_GT(st.grammar_masks, 50);
 }
@@ -139,7 +127,7 @@ TEST(SpeculativeStructured, GrammarAndPenaltyOutputsEqualDecodingWithoutDrafts) 
 TEST(SpeculativeStructured, LateMasksKeepTheOutput) {
     if (!batch_invariant()) GTEST_SKIP() << "bit-exact comparisons across batches need batch-invariant kernels";
     auto [reqs, want] = plain_run();
-    EngineConfig slow = speculative(nano_config(), reqs, want);
+    EngineConfig slow = speculative(nano_structured_config(), reqs, want);
     slow.structured.mask_deadline_ms = 0;
     slow.structured.test_slow_mask_every = 3;  // every third mask takes 30 ms more than any step here
     slow.structured.test_mask_delay_ms = 30;

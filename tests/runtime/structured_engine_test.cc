@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/engine.h"
+#include "tests/runtime/structured_util.h"
 #include "tests/test_util.h"
 
 namespace deepinfer {
@@ -33,20 +34,8 @@ Output collect(RequestStream& stream) {
     return out;
 }
 
-EngineConfig nano_config() {
-    EngineConfig c;
-    c.model.path = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-nano";
-    c.model.device = test::device();  // DEEPINFER_TEST_DEVICE=cuda: the device argmax and mask kernels
-    c.model.threads = 2;
-    c.cache.memory_bytes = 256LL << 20;
-    return c;
-}
-
 GrammarSpec regex(const std::string& pattern) { return {GrammarSpec::Kind::kRegex, pattern}; }
 
-const char* kSchema = R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
-    "tag": {"type": "string", "pattern": "^[a-z]{1,6}$"}, "ok": {"type": "boolean"}}, "required": ["id", "tag", "ok"],
-    "additionalProperties": false})";
 
 // Requests of every kind the step mixes: grammar rows (regex, schema) next to free rows, greedy
 // (device argmax) and seeded sampling (host sampler), with logprobs (host path for greedy too).
@@ -59,8 +48,8 @@ std::vector<GenerationRequest> mixed_requests() {
         r.sampling.max_tokens = 48;
         r.sampling.temperature = i % 3 == 2 ? 0.8f : 0.0f;
         r.sampling.seed = 100 + i;
-        if (i % 4 == 1) r.grammar = regex("[0-9]{3}-[a-z]{2,4}(, [0-9]{3}-[a-z]{2,4}){0,3}");
-        if (i % 4 == 3) r.grammar = {GrammarSpec::Kind::kJsonSchema, kSchema};
+        if (i % 4 == 1) r.grammar = regex(test::kIdListRegex);
+        if (i % 4 == 3) r.grammar = {GrammarSpec::Kind::kJsonSchema, test::kSchema};
         // Sampled grammar rows with penalties: a late row's token is drawn on the host, and the
         // device penalty row must count it for the draws after.
         if (i % 6 == 5) r.sampling.frequency_penalty = 0.8f, r.sampling.repetition_penalty = 1.3f;
@@ -83,7 +72,9 @@ std::vector<Output> run_all(Engine& engine, const std::vector<GenerationRequest>
 void expect_valid(const GenerationRequest& r, const Output& o, const Output* alone) {
     ASSERT_TRUE(o.error.empty()) << o.error;
     if (!r.grammar.active()) {
-        if (alone) EXPECT_EQ(o.tokens, alone->tokens) << r.prompt;
+        if (alone) {
+            EXPECT_EQ(o.tokens, alone->tokens) << r.prompt;
+        }
         return;
     }
     if (o.finish == FinishReason::kLength) return;
@@ -106,7 +97,7 @@ void expect_valid(const GenerationRequest& r, const Output& o, const Output* alo
 bool batch_invariant() { return test::device() == "cpu"; }
 
 TEST(StructuredEngine, MixedBatchesMaskOnlyTheirRowsAndBothPathsAgree) {
-    auto engine = Engine::create(nano_config());
+    auto engine = Engine::create(test::nano_structured_config());
     std::vector<GenerationRequest> requests = mixed_requests();
     std::vector<Output> batched = run_all(*engine, requests);
     int complete = 0;
@@ -121,7 +112,9 @@ TEST(StructuredEngine, MixedBatchesMaskOnlyTheirRowsAndBothPathsAgree) {
         host.sampling.logprobs = 0;
         Output alone = run_all(*engine, {requests[i]})[0];
         EXPECT_EQ(run_all(*engine, {host})[0].tokens, alone.tokens) << "request " << i;
-        if (batch_invariant()) EXPECT_EQ(alone.tokens, batched[i].tokens) << "request " << i;
+        if (batch_invariant()) {
+            EXPECT_EQ(alone.tokens, batched[i].tokens) << "request " << i;
+        }
     }
     EXPECT_GE(complete, 4);
     EngineStats st = engine->stats();
@@ -130,15 +123,15 @@ TEST(StructuredEngine, MixedBatchesMaskOnlyTheirRowsAndBothPathsAgree) {
 
 TEST(StructuredEngine, LateMasksDelayOnlyTheirSequencesAndChangeNothing) {
     std::vector<GenerationRequest> requests = mixed_requests();
-    std::vector<Output> on_time = run_all(*Engine::create(nano_config()), requests);
-    EngineConfig slow = nano_config();
+    std::vector<Output> on_time = run_all(*Engine::create(test::nano_structured_config()), requests);
+    EngineConfig slow = test::nano_structured_config();
     slow.structured.mask_deadline_ms = 0;
     slow.structured.test_slow_mask_every = 3;  // every third mask takes 30 ms more than any step here
     slow.structured.test_mask_delay_ms = 30;
     auto engine = Engine::create(slow);
     std::vector<Output> late = run_all(*engine, requests);
     if (!batch_invariant()) {  // a late sequence leaves the batch: compare each request alone
-        auto punctual = Engine::create(nano_config());
+        auto punctual = Engine::create(test::nano_structured_config());
         on_time.clear(), late.clear();
         for (const auto& r : requests) {
             on_time.push_back(run_all(*punctual, {r})[0]);
@@ -155,7 +148,7 @@ TEST(StructuredEngine, LateMasksDelayOnlyTheirSequencesAndChangeNothing) {
 }
 
 TEST(StructuredEngine, TerminationLengthAndErrors) {
-    auto engine = Engine::create(nano_config());
+    auto engine = Engine::create(test::nano_structured_config());
     GenerationRequest choice;
     choice.prompt = "x";
     choice.sampling.temperature = 0;
