@@ -18,18 +18,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mini_model  # noqa: E402
 import train_mini  # noqa: E402
 import v41_reference as v41  # noqa: E402
 
 
 def random_model(seed, config="smoke"):
-    tok = train_mini.ByteTokenizer()
-    c = getattr(train_mini, config + "_config")(len(tok.tokens))
-    c["rope_parameters"] = v41.rope_parameters(c)
-    token_map = train_mini.engram_setup(c, tok)
     gen = torch.Generator().manual_seed(seed)
-    model = mini_model.MiniV41(c, gen, token_map)
+    model, token_map = train_mini.new_model(getattr(train_mini, config + "_config"), train_mini.ByteTokenizer().tokens, gen)
     with torch.no_grad():  # away from the initial identities, so that every path matters
         for name, p in model.named_parameters():
             if name.endswith("_fn"):
@@ -41,21 +36,6 @@ def random_model(seed, config="smoke"):
     return model.eval(), token_map
 
 
-def stored_weights(model):
-    """Checkpoint name -> the fake-quantised value the trainer computes with (experts split)."""
-    out = {}
-    for pname, _ in model.named_parameters():
-        name = pname.replace("__", ".")
-        value = model.p(name).detach()
-        if ".ffn.experts." in name:
-            pfx, wname = name.split(".ffn.experts.")[0], name.split(".")[-2]
-            for e in range(value.shape[0]):
-                out[f"{pfx}.ffn.experts.{e}.{wname}.weight"] = value[e]
-        else:
-            out[name] = value
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
@@ -63,7 +43,8 @@ def main():
     ap.add_argument("--lengths", default="64,45", help="row lengths (one not a multiple of the window)")
     args = ap.parse_args()
     model, token_map = random_model(args.seed, args.config)
-    ref = v41.Reference(model.c, stored_weights(model))
+    with torch.no_grad():
+        ref = v41.Reference(model.c, dict(model.named_checkpoint_tensors(stored=True)))
     ref.token_map = token_map
     worst = 0.0
     for length in map(int, args.lengths.split(",")):

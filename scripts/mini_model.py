@@ -103,10 +103,12 @@ class MiniV41(torch.nn.Module):
             return ops.ste(w, ops.fake_mxfp4_weight(w.detach()))
         return w
 
-    def named_checkpoint_tensors(self):
-        """(checkpoint name, fp32 tensor) of every weight, experts split per expert."""
+    def named_checkpoint_tensors(self, stored=False):
+        """(checkpoint name, fp32 tensor) of every weight, experts split per expert; with `stored`,
+        the fake-quantised values the model computes with (what the release layout keeps)."""
         for pname, t in self.named_parameters():
             name = pname.replace("__", ".")
+            t = self.p(name) if stored else t
             if ".ffn.experts." in name:
                 pfx, wname = name.split(".ffn.experts.")[0], name.split(".")[-2]
                 for e in range(t.shape[0]):

@@ -17,24 +17,19 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mini_model  # noqa: E402
 import train_mini  # noqa: E402
 import v41_reference as v41  # noqa: E402
 
 
 def build(dev, vocab=4096, seed=0):
+    """The mini configuration over a stand-in vocabulary of `vocab` byte-level tokens."""
     enc = v41.bytes_to_unicode()
     chars = [enc[b] for b in range(256)]
     tokens = list(train_mini.SPECIALS) + chars
     tokens += [a + b for a in chars for b in chars][:vocab - len(tokens)]
-    c = train_mini.mini_config(vocab)
-    c["rope_parameters"] = v41.rope_parameters(c)
-    specials = dict(enumerate(train_mini.SPECIALS))
-    token_map, size = v41.compressed_token_map(tokens, specials)
-    c["engram_compressed_vocab_size"] = size
-    c["engram_num_embeddings"] = [sum(sum(per) for per in layer) for layer in v41.engram_primes(c)]
     gen = torch.Generator().manual_seed(seed)
-    return mini_model.MiniV41(c, gen, token_map).to(dev), gen
+    model, _ = train_mini.new_model(train_mini.mini_config, tokens, gen)
+    return model.to(dev), gen
 
 
 def sync(dev):
@@ -47,18 +42,13 @@ def measure(variant, rows, steps=6, profile=False):
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: a check of the script
     model, gen = build(dev)
     data = torch.randint(3, model.c["vocab_size"], (4_000_000,), generator=gen)
-    args = argparse.Namespace(seq=512, anchors=32, gamma=3.0)
+    args = argparse.Namespace(seq=512, anchors=32, gamma=3.0, batch=rows)
     model.sparse_moe = variant == "sparse"  # eager, routed experts on their own tokens
     loss_fn, _ = train_mini.compiled_losses({"eager": "none", "sparse": "none"}.get(variant, variant), model)
     opt = train_mini.optimizer(model, 1e-3, dev)
 
     def step():
-        main, index, draft, _ = train_mini.step_losses(model, data, args, rows, gen, dev, loss_fn)
-        (main + 0.1 * index + draft).backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        model.balance(1e-3)
+        train_mini.train_step(model, opt, data, args, gen, dev, loss_fn)
 
     t = time.time()
     for _ in range(2):

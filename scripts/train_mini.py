@@ -146,12 +146,21 @@ def token_stream(tok, texts):
     return torch.from_numpy(np.concatenate(parts))
 
 
-def engram_setup(c, tok):
+def engram_setup(c, tokens):
     specials = {i: t for i, t in enumerate(SPECIALS)}
-    token_map, size = v41.compressed_token_map(tok.tokens, specials)
+    token_map, size = v41.compressed_token_map(tokens, specials)
     c["engram_compressed_vocab_size"] = size
     c["engram_num_embeddings"] = [sum(sum(per) for per in layer) for layer in v41.engram_primes(c)]
     return token_map
+
+
+def new_model(config, tokens, gen):
+    """A MiniV41 of `config` (mini_config, smoke_config) over the vocabulary `tokens` (byte-level
+    strings by id), initialised from gen; and its Engram token map."""
+    c = config(len(tokens))
+    c["rope_parameters"] = v41.rope_parameters(c)
+    token_map = engram_setup(c, tokens)
+    return mini_model.MiniV41(c, gen, token_map), token_map
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,8 +238,7 @@ def compiled_losses(mode, model):
 def pick_batch(model, data, args, dev, report, loss_fn):
     """--batch 0 on a GPU: of 64, 128 and 256 rows, the batch with the most tokens per second whose
     peak memory stays under half the GPU's, timed on a few forward-backward passes without an
-    update (a step of this small model is mostly launch overhead, so more rows cost little). The
-    probes draw from their own generator: --batch N --steps M reproduces the run."""
+    update. The probes draw from their own generator: --batch N --steps M reproduces the run."""
     probe_gen = torch.Generator().manual_seed(args.seed + 1)
     capacity = torch.cuda.get_device_properties(dev).total_memory
     best, best_rate, probes = 64, 0.0, []
@@ -316,9 +324,9 @@ def train(model, data, args, gen, dev, report, loss_fn):
             (main, index, draft, accept), loss_fn = first_step(model, opt, data, args, gen, dev, loss_fn, report)
         else:
             main, index, draft, accept = train_step(model, opt, data, args, gen, dev, loss_fn)
+        if (step < 10 or step % 50 == 0) and not torch.isfinite(main + index + draft):
+            raise RuntimeError(f"loss not finite at step {step}: {main.item()} {index.item()} {draft.item()}")
         if step % 50 == 0 or step == steps - 1:
-            if not torch.isfinite(main + index + draft):
-                raise RuntimeError(f"loss not finite at step {step}: {main.item()} {index.item()} {draft.item()}")
             row = {"step": step, "loss": main.item(), "index_kl": index.item(), "draft": draft.item(),
                    "draft_1_minus_tv": [round(x, 3) for x in accept.tolist()], "lr": lr, "s": time.time() - t0}
             log.append(row)
@@ -408,13 +416,11 @@ def main():
               "heldout_bytes": sum(len(t.encode()) for t in heldout_texts),
               "files_sha256": hashlib.sha256("\n".join(r for r, _ in files).encode()).hexdigest()}
     tok = make_tokenizer(train_texts, args.vocab, args.smoke)
-    c = (smoke_config if args.smoke else mini_config)(len(tok.tokens))
-    c["rope_parameters"] = v41.rope_parameters(c)
-    token_map = engram_setup(c, tok)
     data = token_stream(tok, train_texts)
     report["train_tokens"], report["prep_seconds"] = len(data), time.time() - t_start
     print(json.dumps({k: v for k, v in report.items() if k != "sources"}), flush=True)
-    model = mini_model.MiniV41(c, gen, token_map).to(dev)
+    model, _ = new_model(smoke_config if args.smoke else mini_config, tok.tokens, gen)
+    model = model.to(dev)
     model.sparse_moe = args.moe == "sparse"
     main_params = sum(t.numel() for n, t in model.named_checkpoint_tensors() if not n.startswith("mtp."))
     report["parameters_main"] = main_params
@@ -430,7 +436,7 @@ def main():
         print(f"batch {args.batch}", flush=True)
     train(model, data, args, gen, dev, report, loss_fn)
     undo_compile()
-    values = export(model, tok, c, args.out)
+    values = export(model, tok, model.c, args.out)
     load_values(model, values)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
