@@ -237,42 +237,55 @@ def compiled_losses(mode, model):
     return losses, lambda: [setattr(mod, n, f) for mod, n, f in saved]
 
 
+def probe(model, data, args, rows, gen, dev, loss_fn):
+    """Seconds of one forward-backward pass of `rows` rows (best of three after a warm-up) and the
+    peak memory; None when it runs out of memory."""
+    torch.cuda.reset_peak_memory_stats(dev)
+    times = []
+    try:
+        for _ in range(4):
+            torch.cuda.synchronize()
+            t = time.time()
+            main, index, draft, _ = step_losses(model, data, args, rows, gen, dev, loss_fn)
+            (main + 0.1 * index + draft).backward()
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            times.append(time.time() - t)
+    except torch.cuda.OutOfMemoryError:
+        model.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        return None
+    return min(times[1:]), torch.cuda.max_memory_allocated(dev)
+
+
 def pick_batch(model, data, args, dev, report, loss_fn):
-    """--batch 0 on a GPU: of 64, 128 and 256 rows, the batch with the most tokens per second whose
-    peak memory stays under 80% of the GPU's (the allocator's expandable segments keep the rest
-    usable), timed on a few forward-backward passes without an
-    update. The probes draw from their own generator: --batch N --steps M reproduces the run."""
+    """--batch 0 on a GPU: of 64, 128 and 256 rows (and, with --moe auto, of the dense and sparse
+    routed experts, which compute the same function), the setting with the most tokens per second
+    whose peak memory stays under 80% of the GPU's (the allocator's expandable segments keep the
+    rest usable), timed on a few forward-backward passes without an update. The probes draw from
+    their own generator: --batch N --moe M --steps S reproduces the run."""
     probe_gen = torch.Generator().manual_seed(args.seed + 1)
     capacity = torch.cuda.get_device_properties(dev).total_memory
-    best, best_rate, probes = 64, 0.0, []
-    for rows in (64, 128, 256):
-        torch.cuda.reset_peak_memory_stats(dev)
-        times = []
-        try:
-            for _ in range(4):
-                torch.cuda.synchronize()
-                t = time.time()
-                main, index, draft, _ = step_losses(model, data, args, rows, probe_gen, dev, loss_fn)
-                (main + 0.1 * index + draft).backward()
-                model.zero_grad(set_to_none=True)
-                torch.cuda.synchronize()
-                times.append(time.time() - t)
-        except torch.cuda.OutOfMemoryError:
-            model.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-            break
-        peak = torch.cuda.max_memory_allocated(dev)
-        seconds = min(times[1:])  # the first pass warms up
-        probes.append({"batch": rows, "ms_per_step": round(1000 * seconds, 1), "peak_gb": round(peak / 1e9, 2)})
-        print(json.dumps(probes[-1]), flush=True)
-        if peak > 0.8 * capacity:
-            break
-        if rows / seconds > best_rate:
-            best, best_rate = rows, rows / seconds
+    best, best_rate, probes = (64, model.sparse_moe), 0.0, []
+    for sparse in ((False, True) if args.moe == "auto" else (model.sparse_moe,)):
+        model.sparse_moe = sparse
+        for rows in (64, 128, 256):
+            measured = probe(model, data, args, rows, probe_gen, dev, loss_fn)
+            if measured is None:
+                break
+            seconds, peak = measured
+            probes.append({"batch": rows, "moe": "sparse" if sparse else "dense",
+                           "ms_per_step": round(1000 * seconds, 1), "peak_gb": round(peak / 1e9, 2)})
+            print(json.dumps(probes[-1]), flush=True)
+            if peak > 0.8 * capacity:
+                break
+            if rows / seconds > best_rate:
+                best, best_rate = (rows, sparse), rows / seconds
+    model.sparse_moe = best[1]
     model.loads = {}
     torch.cuda.empty_cache()
     report["batch_probes"] = probes
-    return best
+    return best[0]
 
 
 def train_step(model, opt, data, args, gen, dev, loss_fn):
@@ -422,8 +435,9 @@ def main():
     ap.add_argument("--data-mb", type=float, default=320.0, help="cap on training text (MB)")
     ap.add_argument("--compile", choices=("none", "parts", "blocks", "full"), default="none",
                     help="torch.compile the loss's helpers, each layer or all of it (GPU; not with --batch 0)")
-    ap.add_argument("--moe", choices=("dense", "sparse"), default="dense",
-                    help="routed experts on every token (no host synchronisation) or on their own tokens")
+    ap.add_argument("--moe", choices=("dense", "sparse", "auto"), default="dense",
+                    help="routed experts on every token (no host synchronisation) or on their own tokens; "
+                         "auto: the faster (with --batch 0 on a GPU, else dense)")
     ap.add_argument("--smoke", action="store_true", help="a tiny model on a few files (CPU is enough)")
     args = ap.parse_args()
     if args.batch == 0 and args.compile != "none":
@@ -459,7 +473,8 @@ def main():
         args.batch = pick_batch(model, data, args, dev, report, loss_fn) if dev.type == "cuda" else 64
         report["probe_seconds"] = time.time() - t_probe
         report["batch"] = args.batch
-        print(f"batch {args.batch}", flush=True)
+        report["moe"] = "sparse" if model.sparse_moe else "dense"
+        print(f"batch {args.batch}, {report['moe']} experts", flush=True)
     train(model, data, args, gen, dev, report, loss_fn, t_start)
     undo_compile()
     values = export(model, tok, model.c, args.out)
