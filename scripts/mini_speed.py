@@ -94,7 +94,7 @@ def main():
     for run in args.runs.split(","):
         variant, rows = run.split(":")
         cmd = [sys.executable, os.path.abspath(__file__), "--one", variant, "--batch", rows]
-        if variant == "eager" and int(rows) == args.profile_batch:
+        if variant in ("eager", "sparse") and int(rows) == args.profile_batch:
             cmd.append("--profile")
         try:
             r = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
