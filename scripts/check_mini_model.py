@@ -18,13 +18,14 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mini_tokenizer  # noqa: E402
 import train_mini  # noqa: E402
 import v41_reference as v41  # noqa: E402
 
 
 def random_model(seed, config="smoke"):
     gen = torch.Generator().manual_seed(seed)
-    model, token_map = train_mini.new_model(getattr(train_mini, config + "_config"), train_mini.ByteTokenizer().tokens, gen)
+    model, token_map = train_mini.new_model(getattr(train_mini, config + "_config"), mini_tokenizer.ByteTokenizer().tokens, gen)
     with torch.no_grad():  # away from the initial identities, so that every path matters
         for name, p in model.named_parameters():
             if name.endswith("_fn"):

@@ -17,6 +17,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mini_tokenizer  # noqa: E402
 import train_mini  # noqa: E402
 import v41_reference as v41  # noqa: E402
 
@@ -25,7 +26,7 @@ def build(dev, vocab=4096, seed=0):
     """The mini configuration over a stand-in vocabulary of `vocab` byte-level tokens."""
     enc = v41.bytes_to_unicode()
     chars = [enc[b] for b in range(256)]
-    tokens = list(train_mini.SPECIALS) + chars
+    tokens = list(mini_tokenizer.SPECIALS) + chars
     tokens += [a + b for a in chars for b in chars][:vocab - len(tokens)]
     gen = torch.Generator().manual_seed(seed)
     model, _ = train_mini.new_model(train_mini.mini_config, tokens, gen)
