@@ -41,6 +41,13 @@ inline std::vector<double> exact_distribution(const std::vector<double>& z, cons
     return kept;
 }
 
+// The chi-square quantile of `dof` degrees of freedom at `z` standard deviations of the upper
+// tail (Wilson-Hilferty).
+inline double chi_square_quantile(int dof, double z) {
+    double v = 2.0 / (9.0 * dof);
+    return dof * std::pow(1.0 - v + z * std::sqrt(v), 3.0);
+}
+
 struct ChiSquare {
     double statistic = 0.0, critical = 0.0;
     int dof = 0;
@@ -78,8 +85,7 @@ inline ChiSquare chi_square(const std::vector<double>& probs, const std::vector<
     for (const auto& [e, o] : bins)
         if (e > 0.0) c.statistic += (o - e) * (o - e) / e;
     c.dof = std::max<int>(1, static_cast<int>(bins.size()) - 1);
-    double k = c.dof, z = 3.0902;  // the standard normal's 0.999 quantile
-    c.critical = k * std::pow(1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k)), 3.0);
+    c.critical = chi_square_quantile(c.dof, 3.0902);  // the standard normal's 0.999 quantile
     return c;
 }
 
