@@ -5,7 +5,9 @@ Runs on the GPU machine (HF transformers 5.17 with `deepseek_v4`). For each fixt
   <out>/<name>/config.json, *.safetensors       the checkpoint, as HF (or a legacy config) lays it out
   <out>/<name>/reference.safetensors            input_ids [L] int64, logits [L, V] fp32 (HF full forward,
                                                 use_cache=False, fp32 compute on the stored values)
-  <out>/<name>/debug.safetensors                per-layer outputs, indexer top-k, rope inv_freq (debug aid)
+  <out>/<name>/hf_rope.safetensors              HF's rope inverse frequencies, inv_freq.{main,compress}
+  <out>/<name>/debug.safetensors                with --debug only (not committed: it is most of a
+                                                fixture's bytes): per-layer outputs, indexer top-k
   <out>/<name>/hf_config.json                   the config as HF parsed it
 
 Every constant-initialised parameter (norm weights, sinks, position biases, mHC base/scale, router
@@ -13,7 +15,7 @@ bias, tid2eid) is randomized. Weights are stored bf16, the fp32-kept modules fp3
 rejected when any indexer / router top-k boundary is a near-tie, so that top-k selection is
 well-defined and an engine's choice cannot legitimately differ from HF's.
 
-Usage: gen_v4_fixtures.py OUT_DIR
+Usage: gen_v4_fixtures.py OUT_DIR [--debug]
 """
 import json
 import math
@@ -28,6 +30,7 @@ from transformers import AutoConfig, DeepseekV4Config, DeepseekV4ForCausalLM
 FP32_KEEP = {"attn_hc", "ffn_hc", "hc_head", "sinks", "position_bias", "e_score_correction_bias",
              "q_a_norm", "kv_norm", "input_layernorm", "post_attention_layernorm", "norm"}
 MIN_TOPK_GAP = 1e-4
+DEBUG = "--debug" in sys.argv[2:]
 
 FIXTURES = {
     # HF-format config, one safetensors file, YaRN on the compressed layers.
@@ -190,14 +193,16 @@ def run_reference(model, input_ids, out_dir):
     model.eval()
     recorder = TopkRecorder(model)
     store = {}
-    debug_hooks(model, store)
+    if DEBUG:
+        debug_hooks(model, store)
     with torch.no_grad():
         out = model(input_ids=input_ids[None], use_cache=False)
     rot = model.model.rotary_emb
-    for key in ("main", "compress"):
-        store[f"inv_freq.{key}"] = getattr(rot, f"{key}_inv_freq").detach().float().clone()
-    store.update({k: v.long() for k, v in recorder.topk.items()})
-    save_file({k: v.contiguous() for k, v in store.items()}, f"{out_dir}/debug.safetensors")
+    rope = {f"inv_freq.{key}": getattr(rot, f"{key}_inv_freq").detach().float().clone() for key in ("main", "compress")}
+    save_file(rope, f"{out_dir}/hf_rope.safetensors")
+    if DEBUG:
+        store.update({k: v.long() for k, v in recorder.topk.items()})
+        save_file({k: v.contiguous() for k, v in store.items()}, f"{out_dir}/debug.safetensors")
     logits = out.logits[0].float().contiguous()
     save_file({"input_ids": input_ids.contiguous(), "logits": logits}, f"{out_dir}/reference.safetensors")
     return recorder.min_gap, logits

@@ -1,5 +1,5 @@
 // Config parsing agrees with how transformers parsed the same config.json (the fixtures carry
-// HF's parsed config as hf_config.json and HF's rope inverse frequencies in debug.safetensors).
+// HF's parsed config as hf_config.json and HF's rope inverse frequencies in hf_rope.safetensors).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -36,10 +36,10 @@ TEST_P(V4Config, ParsesLikeTransformers) {
     EXPECT_EQ(ours.rope_dim, static_cast<int>(hf["head_dim"].get<int>() * hf["partial_rotary_factor"].get<double>()));
     EXPECT_EQ(ours.rope_compress.type, hf["rope_parameters"]["compress"]["rope_type"].get<std::string>());
 
-    SafetensorsFile debug(dir + "/debug.safetensors");
+    SafetensorsFile hf_rope(dir + "/hf_rope.safetensors");
     for (auto [name, rope] : {std::pair{"main", ours.rope_main}, std::pair{"compress", ours.rope_compress}}) {
         std::vector<float> inv = rope_inv_freq(rope, ours.rope_dim);
-        Tensor expected = debug.tensor(std::string("inv_freq.") + name);
+        Tensor expected = hf_rope.tensor(std::string("inv_freq.") + name);
         ASSERT_EQ(static_cast<int64_t>(inv.size()), expected.numel());
         for (size_t i = 0; i < inv.size(); ++i)
             EXPECT_NEAR(inv[i], expected.data<float>()[i], 1e-6 * expected.data<float>()[i]) << name << " " << i;
