@@ -253,13 +253,20 @@ double EngineImpl::draft_with_model(const StepPlan& plan, const model::StepFeatu
         for (const ScheduledChunk& c : plan.chunks) c.seq->draft_context_end = -1;
         return 0.0;
     }
+    size_t committed = 0;
+    for (const model::DraftCommit& dc : commits) committed += static_cast<size_t>(dc.rows.num_tokens);
     auto start = std::chrono::steady_clock::now();
-    std::vector<model::DraftProposal> proposals = draft_model_->draft(features, commits, anchors, length, *cache_);
+    std::vector<model::DraftProposal> proposals;
+    {
+        TraceRecorder::Scope span(&trace_, "draft",
+                                  trace_.enabled() ? nlohmann::json{{"sequences", anchors.size()}, {"length", length},
+                                                                    {"committed", committed}}
+                                                   : nullptr);
+        proposals = draft_model_->draft(features, commits, anchors, length, *cache_);
+    }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // Only calls that took in decode commits (each sequence's kept drafts and one more) price a
     // length: a prompt's rows through the draft cost what its length says, not the draft length.
-    size_t committed = 0;
-    for (const model::DraftCommit& dc : commits) committed += static_cast<size_t>(dc.rows.num_tokens);
     size_t per_sequence = static_cast<size_t>(config_.speculative.num_draft_tokens) + 1;
     if (!anchors.empty() && committed <= anchors.size() * per_sequence) draft_cost_.record(length, static_cast<int64_t>(anchors.size()), seconds);
     for (size_t k = 0; k < drafting.size(); ++k) {
