@@ -6,11 +6,11 @@ One command on the GPU machine, everything random from --seed. Target and draft 
 the target on next-token cross-entropy (plus the indexers' KL term), the draft on the DSpark loss
 (0.1 CE + 0.9 TV to the target + BCE of the confidence to 1 - TV, position weights
 exp(-(k-1)/gamma)) with the target's taps and logits detached, so the draft never changes the
-target. --time-budget bounds the whole command (data, training, export, evaluation): the step
-count is fixed at the end of the warm-up from the speed of the steps before, the cosine decay
+target. --time-budget bounds the script from its data preparation to its report: the step count
+is fixed at the end of the 100-step warm-up from the speed of the steps before, the cosine decay
 starts after the warm-up (so the count never shaped an earlier step), and it is recorded:
-`--steps N --batch B` reproduces a run. Should the steps slow down later, training stops at the
-budget and the report says so.
+`--steps N --batch B --moe M --warmup W` with the report's values reproduces a run. Should the
+steps slow down later, training stops at the budget and the report says so.
 
 Writes to OUT_DIR:
   model/               config.json, model.safetensors (release layout: FP8 32x32 linears, MXFP4
@@ -20,7 +20,8 @@ Writes to OUT_DIR:
                        per-row NLL this script computes (fp32, the stored weights)
   code_prompts.jsonl   function and class headers of held-out files (the syntax check's prompts)
   report.json          data manifest, losses, bits per byte, draft acceptance and calibration
-Usage: train_mini.py OUT_DIR [--seed 0] [--steps N | --time-budget SECONDS] [--smoke]
+Usage: train_mini.py OUT_DIR [--seed 0] [--steps N | --time-budget SECONDS] [--batch 0|N] [--moe dense|sparse|auto]
+                   [--warmup W] [--smoke]
 """
 import argparse
 import hashlib
@@ -186,7 +187,7 @@ def pick_batch(model, data, args, dev, report, loss_fn):
     routed experts, which compute the same function), the setting with the most tokens per second
     whose peak memory stays under 80% of the GPU's (the allocator's expandable segments keep the
     rest usable), timed on a few forward-backward passes without an update. The probes draw from
-    their own generator: --batch N --moe M --steps S reproduces the run."""
+    their own generator, so the report's steps, batch, moe and warmup reproduce the run."""
     probe_gen = torch.Generator().manual_seed(args.seed + 1)
     capacity = torch.cuda.get_device_properties(dev).total_memory
     best, best_rate, probes = (64, model.sparse_moe), 0.0, []
@@ -264,7 +265,10 @@ def planned_steps(args, t_start, t_from, steps_timed, step):
 
 def train(model, data, args, gen, dev, report, loss_fn, t_start):
     opt = optimizer(model, args.lr, dev)
-    warmup = min(100, max(1, args.steps // 5)) if args.steps else 100  # --steps N >= 500 replays a budgeted run
+    warmup = args.warmup or (min(100, max(1, args.steps // 5)) if args.steps else 100)
+    if not args.steps and warmup <= 5:
+        raise SystemExit("--time-budget times the warm-up's steps after the fifth: --warmup must exceed 5")
+    args.warmup = report["warmup"] = warmup  # report["args"] is args: it records what ran
     steps, t0, step, log = args.steps or 10**9, time.time(), 0, []
     model.train()
     while step < steps:
@@ -348,7 +352,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=0)
-    ap.add_argument("--time-budget", type=float, default=470.0, help="seconds for the whole command")
+    ap.add_argument("--time-budget", type=float, default=420.0,
+                    help="seconds for this script, from its data preparation to its report (not Python's start)")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="warm-up steps (0: 100 with --time-budget, else min(100, steps / 5)); a replay passes the report's")
     ap.add_argument("--batch", type=int, default=64, help="rows per step; 0: the fastest that fits (GPU)")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--anchors", type=int, default=32, help="DSpark anchors per sequence and step")
@@ -396,8 +403,8 @@ def main():
         args.batch = pick_batch(model, data, args, dev, report, loss_fn) if dev.type == "cuda" else 64
         report["probe_seconds"] = time.time() - t_probe
         report["batch"] = args.batch
-        report["moe"] = "sparse" if model.sparse_moe else "dense"
-        print(f"batch {args.batch}, {report['moe']} experts", flush=True)
+        print(f"batch {args.batch}, {'sparse' if model.sparse_moe else 'dense'} experts", flush=True)
+    args.moe = report["moe"] = "sparse" if model.sparse_moe else "dense"  # what ran (report["args"] is args)
     train(model, data, args, gen, dev, report, loss_fn, t_start)
     undo_compile()
     values = export(model, tok, model.c, args.out)

@@ -1,12 +1,14 @@
-// Speculative decoding's parts, apart from the engine: the n-gram drafter, the cost models and
-// planners of confidence-scheduled verification (against brute force), and the rejection rule for
-// draft distributions (the emitted tokens follow the target whatever the draft; a broken residual
-// or keeping every draft fails the same chi-square test).
+// Speculative decoding's parts, apart from the engine: the n-gram drafter and the refusal of
+// unknown drafters, the cost models and planners of confidence-scheduled verification (against
+// brute force), and the rejection rule for draft distributions (the emitted tokens follow the
+// target whatever the draft; a broken residual or keeping every draft fails the same chi-square
+// test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 

@@ -459,15 +459,13 @@ protected:
         return {stat, bins - 1};
     }
 
-    static double quantile(int df, double z) { return chi_square_quantile(df, z); }
-
     // Whether every position passes at 0.0025% (z = 4.06).
     static bool same_distribution(const std::vector<std::vector<int64_t>>& x, const std::vector<std::vector<int64_t>>& y) {
         bool same = true;
         for (int k = 0; k < kPositions; ++k) {
             auto [stat, df] = chi_square(x[k], y[k]);
-            std::printf("position %d: chi-square %.1f, %d degrees of freedom, threshold %.1f\n", k, stat, df, quantile(df, 4.06));
-            same = same && stat <= quantile(df, 4.06);
+            std::printf("position %d: chi-square %.1f, %d degrees of freedom, threshold %.1f\n", k, stat, df, chi_square_quantile(df, 4.06));
+            same = same && stat <= chi_square_quantile(df, 4.06);
         }
         return same;
     }
