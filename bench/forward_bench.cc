@@ -25,6 +25,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
 #include "model/archs/deepseek_v4.h"
+#include "model/config_file.h"
 
 namespace {
 
@@ -354,6 +355,11 @@ int run(int argc, char** argv) {
     }
     auto mode_label = [&](bool det) { return det_modes.size() > 1 || det ? (det ? " det" : " default") : ""; };
     model::Checkpoint ckpt(dir);
+    if (std::string type = model::read_config_json(dir).value("model_type", ""); type != "deepseek_v4") {
+        std::fprintf(stderr, "bench_forward: measures DeepSeek-V4 checkpoints (model_type deepseek_v4); %s is '%s': "
+                     "`deepinfer bench --model %s` measures any model end to end\n", dir.c_str(), type.c_str(), dir.c_str());
+        return 2;
+    }
     model::DeepseekV4Config cfg = model::load_deepseek_v4_config(dir);
     model::WeightQuant weight_quant = model::WeightQuant::kNone;
     model::Precision matmul_precision = model::Precision::kAuto;
