@@ -53,10 +53,19 @@ def autocast_dtype(t):
 
 
 def top_k(scores, k):
-    """torch.topk over the last dim with the reference's tie rule (the lower index first): an
-    untrained indexer's relu gives many exact zeros."""
-    values, indices = scores.sort(dim=-1, descending=True, stable=True)
-    return torch.return_types.topk((values[..., :k], indices[..., :k]))
+    """torch.topk over the last dim with the reference's tie rule (values descending, equal values
+    by the lower index first): an untrained indexer's relu gives many exact zeros. Two topk passes
+    and a sort of the k picks instead of sorting every row (a segmented sort is the slow part on
+    the GPU): the k-th value's ties are taken from the lowest index up, the picks come in index
+    order from a topk over a decreasing key, then a stable sort by value orders them."""
+    n = scores.shape[-1]
+    kth = torch.topk(scores, k, dim=-1).values[..., -1:]
+    above, at = scores > kth, scores == kth
+    take = above | (at & (at.cumsum(-1) <= k - above.sum(-1, keepdim=True)))
+    key = take * (n - torch.arange(n, device=scores.device, dtype=torch.float32))  # the lower index, the larger
+    picks = torch.topk(key, k, dim=-1).indices
+    values, order = torch.sort(scores.gather(-1, picks), dim=-1, descending=True, stable=True)
+    return torch.return_types.topk((values, picks.gather(-1, order)))
 
 
 def window_blocks(q, kv, window):
