@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Rewrite a DeepSeek-V4 checkpoint from build/bin/make_random_v4 into DeepSeek's release layout.
 
+Also takes models/deepinfer-nano: its MTP block (HF module names, stacked experts) is renamed and
+split the release's way, and a config whose compression ratios are not the release's 4 / 128 keeps
+its HF layer description (layer_types), which DeepInfer reads as well.
+
 make_random_v4 writes the HF-saved names ("model.layers.3.attn.wq_a.weight", "model.embed_tokens.weight",
 "model.hc_head.hc_fn", every expert in bf16) and an HF-style config.json ("layer_types"). Tools
 written against the original release (deepseek-ai/DeepSeek-V4-Flash), such as llama.cpp's
@@ -162,11 +166,59 @@ def release_name(name: str) -> str:
              "model.hc_head.hc_scale": "hc_head_scale", "head.weight": "head.weight"}
     if name in fixed:
         return fixed[name]
+    if name.startswith("mtp."):  # already renamed by release_mtp
+        return name
     m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)
     if m is None:
         raise SystemExit(f"v4_to_release_layout: unexpected tensor {name!r} (expected make_random_v4's names)")
     rest = "attn.kv_norm.weight" if m.group(2) == "attn.norm.weight" else m.group(2)
     return f"layers.{m.group(1)}.{rest}"
+
+
+# The MTP block as our nano trainer saves it (HF module names, experts stacked) -> release names.
+MTP_BLOCK_NAMES = {
+    "attn_hc.fn": "hc_attn_fn", "attn_hc.base": "hc_attn_base", "attn_hc.scale": "hc_attn_scale",
+    "ffn_hc.fn": "hc_ffn_fn", "ffn_hc.base": "hc_ffn_base", "ffn_hc.scale": "hc_ffn_scale",
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_a_proj.weight": "attn.wq_a.weight", "self_attn.q_a_norm.weight": "attn.q_norm.weight",
+    "self_attn.q_b_proj.weight": "attn.wq_b.weight", "self_attn.kv_proj.weight": "attn.wkv.weight",
+    "self_attn.kv_norm.weight": "attn.kv_norm.weight", "self_attn.o_a_proj.weight": "attn.wo_a.weight",
+    "self_attn.o_b_proj.weight": "attn.wo_b.weight", "self_attn.sinks": "attn.attn_sink",
+    "mlp.gate.weight": "ffn.gate.weight", "mlp.gate.e_score_correction_bias": "ffn.gate.bias",
+    "mlp.shared_experts.gate_proj.weight": "ffn.shared_experts.w1.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn.shared_experts.w3.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn.shared_experts.w2.weight",
+}
+MTP_HEAD_NAMES = {"hc_head.hc_fn": "hc_head_fn", "hc_head.hc_base": "hc_head_base", "hc_head.hc_scale": "hc_head_scale"}
+
+
+def release_mtp(tensors: dict) -> dict:
+    """mtp.N.* tensors in the release spelling: the block's HF module names renamed and its stacked
+    experts ([E, 2I, D] gate rows then up rows, [E, D, I]) split into ffn.experts.E.w1/w3/w2."""
+    out = {}
+    for name, (dtype, shape, arr) in tensors.items():
+        m = re.fullmatch(r"(mtp\.\d+)\.(.+)", name)
+        if m is None:
+            out[name] = (dtype, shape, arr)
+            continue
+        prefix, rest = m.groups()
+        if rest.startswith("block."):
+            rest = rest[len("block."):]
+            if rest == "mlp.experts.gate_up_proj":
+                half = shape[1] // 2
+                for e in range(shape[0]):
+                    out[f"{prefix}.ffn.experts.{e}.w1.weight"] = (dtype, [half, shape[2]], arr[e, :half])
+                    out[f"{prefix}.ffn.experts.{e}.w3.weight"] = (dtype, [half, shape[2]], arr[e, half:])
+                continue
+            if rest == "mlp.experts.down_proj":
+                for e in range(shape[0]):
+                    out[f"{prefix}.ffn.experts.{e}.w2.weight"] = (dtype, shape[1:], arr[e])
+                continue
+            if rest not in MTP_BLOCK_NAMES:
+                raise SystemExit(f"v4_to_release_layout: unexpected MTP tensor {name!r}")
+            rest = MTP_BLOCK_NAMES[rest]
+        out[f"{prefix}.{MTP_HEAD_NAMES.get(rest, rest)}"] = (dtype, shape, arr)
+    return out
 
 
 def release_config(cfg: dict) -> dict:
@@ -188,7 +240,7 @@ def release_config(cfg: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", type=Path, help="make_random_v4 output directory")
+    ap.add_argument("src", type=Path, help="make_random_v4 output directory, or the bundled nano")
     ap.add_argument("dst", type=Path, help="directory to write (created)")
     ap.add_argument("--tokenizer", type=Path, help="directory with tokenizer.json / tokenizer_config.json to copy")
     ap.add_argument("--fp8-linears", action="store_true",
@@ -204,8 +256,9 @@ def main() -> int:
         tensors.update(read_safetensors(f))
 
     # Plan every output tensor (name, dtype, shape, producer) first: the header goes before the data.
-    expert = re.compile(r"layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
-    fp8 = re.compile(r"layers\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b)|ffn\.shared_experts\.w[123])\.weight")
+    tensors = release_mtp(tensors)
+    expert = re.compile(r"(layers|mtp)\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
+    fp8 = re.compile(r"(layers|mtp)\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b)|ffn\.shared_experts\.w[123])\.weight")
     plan = []
     for name, (dtype, shape, arr) in tensors.items():
         new = release_name(name)
@@ -245,7 +298,13 @@ def main() -> int:
             f.write(data.tobytes())
             if i % 200 == 0:
                 print(f"  {i}/{len(plan)} tensors", file=sys.stderr, flush=True)
-    out_cfg = release_config(cfg)
+    rates = cfg.get("compress_rates", {})
+    if rates and (rates.get("compressed_sparse_attention"), rates.get("heavily_compressed_attention")) != (4, 128):
+        # The release's compress_ratios name a layer's kind by its ratio (4 or 128): other ratios
+        # (the bundled nano's 16) keep the HF layer description, which DeepInfer reads as well.
+        out_cfg = dict(cfg)
+    else:
+        out_cfg = release_config(cfg)
     if args.fp8_linears:
         out_cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
                                           "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}
