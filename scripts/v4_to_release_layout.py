@@ -145,6 +145,30 @@ def quantize_fp8(w: np.ndarray, block: int = 128) -> tuple[np.ndarray, np.ndarra
     return code.reshape(br * block, bc * block)[:rows, :cols], (exp + 127).astype(np.uint8)
 
 
+def dequantize_mxfp4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """quantize_mxfp4's codes and scales back to float32 [rows, cols]."""
+    raw = packed.view(np.uint8)
+    code = np.stack([raw & 15, raw >> 4], axis=-1).reshape(raw.shape[0], -1)
+    value = E2M1[code & 7] * np.where(code & 8, -1.0, 1.0).astype(np.float32)
+    exp = np.repeat(scales.astype(np.int32) - 127, 32, axis=1)
+    return np.ldexp(value, exp).astype(np.float32)
+
+
+def dequantize_fp8(code: np.ndarray, scales: np.ndarray, block: int = 128) -> np.ndarray:
+    """quantize_fp8's codes and block scales back to float32 [rows, cols]."""
+    rows, cols = code.shape
+    value = E4M3[code & 127].astype(np.float32) * np.where(code & 128, -1.0, 1.0).astype(np.float32)
+    exp = np.repeat(np.repeat(scales.astype(np.int32) - 127, block, axis=0), block, axis=1)[:rows, :cols]
+    return np.ldexp(value, exp).astype(np.float32)
+
+
+def f32_to_bf16(w: np.ndarray) -> np.ndarray:
+    """float32 values that bf16 holds exactly (what the dequantizers give) as raw bf16."""
+    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+    assert not np.any(bits & 0xFFFF), "a value bf16 does not hold exactly"
+    return (bits >> 16).astype(np.uint16)
+
+
 def lazy_quantized(arr: np.ndarray, dtype: str, quantize):
     """A function returning quantize(arr as float32), computed on first call (codes and scales
     are written at different times, after the header)."""
@@ -221,6 +245,38 @@ def release_mtp(tensors: dict) -> dict:
     return out
 
 
+def write_dequantized(tensors: dict, dst: Path, expert, fp8) -> None:
+    """The source checkpoint's own names and layout with every tensor the release stores quantized
+    replaced by its dequantized values (bf16-exact): what an HF reference computes with to compare
+    against the release copy."""
+    out = {}
+    for name, (dtype, shape, arr) in tensors.items():
+        flat = bf16_to_f32(np.asarray(arr)) if dtype == "BF16" else None
+        mtp = re.fullmatch(r"(mtp\.\d+)\.block\.(.+)", name)
+        release = f"{mtp.group(1)}.{MTP_BLOCK_NAMES.get(mtp.group(2), mtp.group(2))}" if mtp else release_name(name)
+        if flat is not None and (expert.fullmatch(release) or (mtp and mtp.group(2).startswith("mlp.experts."))):
+            rows = flat.reshape(-1, shape[-1])  # MXFP4 blocks run along a row: stacked experts alike
+            flat = dequantize_mxfp4(*quantize_mxfp4(rows))
+        elif flat is not None and fp8 is not None and fp8.fullmatch(release):
+            flat = dequantize_fp8(*quantize_fp8(flat.reshape(shape)))
+        else:
+            out[name] = (dtype, shape, np.asarray(arr))
+            continue
+        out[name] = ("BF16", shape, f32_to_bf16(flat).reshape(shape))
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name in sorted(out):
+        dtype, shape, arr = out[name]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    dst.mkdir(parents=True, exist_ok=True)
+    with open(dst / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        for name in sorted(out):
+            f.write(np.ascontiguousarray(out[name][2]).tobytes())
+
+
 def release_config(cfg: dict) -> dict:
     out = {k: v for k, v in cfg.items() if k not in ("layer_types", "mlp_layer_types", "compress_rates")}
     for k, v in RELEASE_DEFAULTS.items():
@@ -245,6 +301,8 @@ def main() -> int:
     ap.add_argument("--tokenizer", type=Path, help="directory with tokenizer.json / tokenizer_config.json to copy")
     ap.add_argument("--fp8-linears", action="store_true",
                     help="attention projections and shared experts as FP8 e4m3 with 128x128 E8M0 block scales")
+    ap.add_argument("--dequantized", type=Path,
+                    help="also write here the source's layout with the quantized tensors' dequantized values (bf16)")
     args = ap.parse_args()
 
     cfg = json.loads((args.src / "config.json").read_text())
@@ -256,6 +314,7 @@ def main() -> int:
         tensors.update(read_safetensors(f))
 
     # Plan every output tensor (name, dtype, shape, producer) first: the header goes before the data.
+    source = dict(tensors)
     tensors = release_mtp(tensors)
     expert = re.compile(r"(layers|mtp)\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
     fp8 = re.compile(r"(layers|mtp)\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b)|ffn\.shared_experts\.w[123])\.weight")
@@ -314,6 +373,12 @@ def main() -> int:
             if (args.tokenizer / name).is_file():
                 shutil.copy(args.tokenizer / name, args.dst / name)
     print(f"wrote {out_path} ({offset / 1e9:.2f} GB, {len(plan)} tensors) and config.json")
+    if args.dequantized:
+        write_dequantized(source, args.dequantized, expert, fp8 if args.fp8_linears else None)
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            if (args.src / name).is_file():
+                shutil.copy(args.src / name, args.dequantized / name)
+        print(f"wrote {args.dequantized} (the source layout, dequantized values)")
     return 0
 
 
