@@ -216,65 +216,102 @@ MTP_BLOCK_NAMES = {
 MTP_HEAD_NAMES = {"hc_head.hc_fn": "hc_head_fn", "hc_head.hc_base": "hc_head_base", "hc_head.hc_scale": "hc_head_scale"}
 
 
+def mtp_release_name(name: str) -> str:
+    """The release name of an mtp.N.* tensor other than the block's stacked experts."""
+    prefix, rest = re.fullmatch(r"(mtp\.\d+)\.(.+)", name).groups()
+    if rest.startswith("block."):
+        rest = rest[len("block."):]
+        if rest not in MTP_BLOCK_NAMES:
+            raise SystemExit(f"v4_to_release_layout: unexpected MTP tensor {name!r}")
+        rest = MTP_BLOCK_NAMES[rest]
+    return f"{prefix}.{MTP_HEAD_NAMES.get(rest, rest)}"
+
+
 def release_mtp(tensors: dict) -> dict:
     """mtp.N.* tensors in the release spelling: the block's HF module names renamed and its stacked
     experts ([E, 2I, D] gate rows then up rows, [E, D, I]) split into ffn.experts.E.w1/w3/w2."""
     out = {}
     for name, (dtype, shape, arr) in tensors.items():
-        m = re.fullmatch(r"(mtp\.\d+)\.(.+)", name)
-        if m is None:
+        stacked = re.fullmatch(r"(mtp\.\d+)\.block\.mlp\.experts\.(gate_up_proj|down_proj)", name)
+        if not name.startswith("mtp."):
             out[name] = (dtype, shape, arr)
-            continue
-        prefix, rest = m.groups()
-        if rest.startswith("block."):
-            rest = rest[len("block."):]
-            if rest == "mlp.experts.gate_up_proj":
-                half = shape[1] // 2
-                for e in range(shape[0]):
-                    out[f"{prefix}.ffn.experts.{e}.w1.weight"] = (dtype, [half, shape[2]], arr[e, :half])
-                    out[f"{prefix}.ffn.experts.{e}.w3.weight"] = (dtype, [half, shape[2]], arr[e, half:])
-                continue
-            if rest == "mlp.experts.down_proj":
-                for e in range(shape[0]):
-                    out[f"{prefix}.ffn.experts.{e}.w2.weight"] = (dtype, shape[1:], arr[e])
-                continue
-            if rest not in MTP_BLOCK_NAMES:
-                raise SystemExit(f"v4_to_release_layout: unexpected MTP tensor {name!r}")
-            rest = MTP_BLOCK_NAMES[rest]
-        out[f"{prefix}.{MTP_HEAD_NAMES.get(rest, rest)}"] = (dtype, shape, arr)
+        elif stacked and stacked.group(2) == "gate_up_proj":
+            half = shape[1] // 2
+            for e in range(shape[0]):
+                out[f"{stacked.group(1)}.ffn.experts.{e}.w1.weight"] = (dtype, [half, shape[2]], arr[e, :half])
+                out[f"{stacked.group(1)}.ffn.experts.{e}.w3.weight"] = (dtype, [half, shape[2]], arr[e, half:])
+        elif stacked:
+            for e in range(shape[0]):
+                out[f"{stacked.group(1)}.ffn.experts.{e}.w2.weight"] = (dtype, shape[1:], arr[e])
+        else:
+            out[mtp_release_name(name)] = (dtype, shape, arr)
     return out
 
 
-def write_dequantized(tensors: dict, dst: Path, expert, fp8) -> None:
+EXPERT = re.compile(r"(layers|mtp)\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
+FP8_LINEAR = re.compile(r"(layers|mtp)\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b)|ffn\.shared_experts\.w[123])\.weight")
+
+
+def stored_format(release: str, fp8_linears: bool) -> str | None:
+    """How the release layout stores the tensor of this release name: "mxfp4", "fp8" or as is."""
+    if EXPERT.fullmatch(release):
+        return "mxfp4"
+    return "fp8" if fp8_linears and FP8_LINEAR.fullmatch(release) else None
+
+
+def write_safetensors(path: Path, plan: list) -> int:
+    """Writes plan's (name, dtype, shape, producer) entries in name order; returns the data bytes.
+    Producers run one at a time, after the header (quantized codes and scales are computed late)."""
+    plan = sorted(plan, key=lambda p: p[0])
+    header: dict = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape, _ in plan:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * ST_DTYPES[dtype][1]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for i, (name, dtype, shape, produce) in enumerate(plan):
+            data = np.ascontiguousarray(produce())
+            want = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+            assert data.nbytes == want, f"{name}: {data.nbytes} bytes, planned {want}"
+            f.write(data.tobytes())
+            if i % 200 == 0:
+                print(f"  {i}/{len(plan)} tensors", file=sys.stderr, flush=True)
+    return offset
+
+
+def write_dequantized(tensors: dict, dst: Path, fp8_linears: bool) -> None:
     """The source checkpoint's own names and layout with every tensor the release stores quantized
     replaced by its dequantized values (bf16-exact): what an HF reference computes with to compare
     against the release copy."""
-    out = {}
+    plan = []
     for name, (dtype, shape, arr) in tensors.items():
-        flat = bf16_to_f32(np.asarray(arr)) if dtype == "BF16" else None
-        mtp = re.fullmatch(r"(mtp\.\d+)\.block\.(.+)", name)
-        release = f"{mtp.group(1)}.{MTP_BLOCK_NAMES.get(mtp.group(2), mtp.group(2))}" if mtp else release_name(name)
-        if flat is not None and (expert.fullmatch(release) or (mtp and mtp.group(2).startswith("mlp.experts."))):
-            rows = flat.reshape(-1, shape[-1])  # MXFP4 blocks run along a row: stacked experts alike
-            flat = dequantize_mxfp4(*quantize_mxfp4(rows))
-        elif flat is not None and fp8 is not None and fp8.fullmatch(release):
-            flat = dequantize_fp8(*quantize_fp8(flat.reshape(shape)))
+        if name.startswith("mtp."):  # a stacked expert tensor's splits are all experts
+            stacked = re.fullmatch(r"(mtp\.\d+)\.block\.mlp\.experts\..+", name)
+            release = f"{stacked.group(1)}.ffn.experts.0.w1.weight" if stacked else mtp_release_name(name)
         else:
-            out[name] = (dtype, shape, np.asarray(arr))
-            continue
-        out[name] = ("BF16", shape, f32_to_bf16(flat).reshape(shape))
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name in sorted(out):
-        dtype, shape, arr = out[name]
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    dst.mkdir(parents=True, exist_ok=True)
-    with open(dst / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(blob)) + blob)
-        for name in sorted(out):
-            f.write(np.ascontiguousarray(out[name][2]).tobytes())
+            release = release_name(name)
+        kind = stored_format(release, fp8_linears) if dtype == "BF16" else None
+        if kind is None:
+            plan.append((name, dtype, shape, lambda a=arr: np.asarray(a)))
+        else:
+            plan.append((name, "BF16", shape, lambda a=arr, k=kind: round_trip(a, k)))
+    write_safetensors(dst / "model.safetensors", plan)
+
+
+def round_trip(arr: np.ndarray, kind: str) -> np.ndarray:
+    """A bf16 tensor through the release's format `kind` and back, as raw bf16 of its shape."""
+    w = bf16_to_f32(np.asarray(arr))
+    if kind == "mxfp4":  # MXFP4 blocks run along a row: stacked experts alike
+        w = dequantize_mxfp4(*quantize_mxfp4(w.reshape(-1, arr.shape[-1])))
+    else:
+        w = dequantize_fp8(*quantize_fp8(w.reshape(arr.shape)))
+    return f32_to_bf16(w).reshape(arr.shape)
 
 
 def release_config(cfg: dict) -> dict:
@@ -314,19 +351,16 @@ def main() -> int:
         tensors.update(read_safetensors(f))
 
     # Plan every output tensor (name, dtype, shape, producer) first: the header goes before the data.
-    source = dict(tensors)
-    tensors = release_mtp(tensors)
-    expert = re.compile(r"(layers|mtp)\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
-    fp8 = re.compile(r"(layers|mtp)\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b)|ffn\.shared_experts\.w[123])\.weight")
     plan = []
-    for name, (dtype, shape, arr) in tensors.items():
+    for name, (dtype, shape, arr) in release_mtp(tensors).items():
         new = release_name(name)
-        if expert.fullmatch(new):
+        kind = stored_format(new, args.fp8_linears)
+        if kind == "mxfp4":
             rows, cols = shape
             quant = lazy_quantized(arr, dtype, quantize_mxfp4)
             plan.append((new, "I8", [rows, cols // 2], lambda q=quant: q()[0]))
             plan.append((new[: -len(".weight")] + ".scale", "F8_E8M0", [rows, cols // 32], lambda q=quant: q()[1]))
-        elif args.fp8_linears and fp8.fullmatch(new):
+        elif kind == "fp8":
             rows, cols = shape
             quant = lazy_quantized(arr, dtype, quantize_fp8)
             plan.append((new, "F8_E4M3", [rows, cols], lambda q=quant: q()[0]))
@@ -334,29 +368,8 @@ def main() -> int:
                          lambda q=quant: q()[1]))
         else:
             plan.append((new, dtype, shape, lambda a=arr: np.asarray(a)))
-    plan.sort(key=lambda p: p[0])
-
-    header: dict = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, dtype, shape, _ in plan:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * ST_DTYPES[dtype][1]
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-
-    args.dst.mkdir(parents=True, exist_ok=True)
     out_path = args.dst / "model.safetensors"
-    with open(out_path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for i, (name, dtype, shape, produce) in enumerate(plan):
-            data = np.ascontiguousarray(produce())
-            want = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
-            assert data.nbytes == want, f"{name}: {data.nbytes} bytes, planned {want}"
-            f.write(data.tobytes())
-            if i % 200 == 0:
-                print(f"  {i}/{len(plan)} tensors", file=sys.stderr, flush=True)
+    offset = write_safetensors(out_path, plan)
     rates = cfg.get("compress_rates", {})
     if rates and (rates.get("compressed_sparse_attention"), rates.get("heavily_compressed_attention")) != (4, 128):
         # The release's compress_ratios name a layer's kind by its ratio (4 or 128): other ratios
@@ -374,7 +387,7 @@ def main() -> int:
                 shutil.copy(args.tokenizer / name, args.dst / name)
     print(f"wrote {out_path} ({offset / 1e9:.2f} GB, {len(plan)} tensors) and config.json")
     if args.dequantized:
-        write_dequantized(source, args.dequantized, expert, fp8 if args.fp8_linears else None)
+        write_dequantized(tensors, args.dequantized, args.fp8_linears)
         for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
             if (args.src / name).is_file():
                 shutil.copy(args.src / name, args.dequantized / name)
