@@ -403,8 +403,8 @@ def main():
         args.batch = pick_batch(model, data, args, dev, report, loss_fn) if dev.type == "cuda" else 64
         report["probe_seconds"] = time.time() - t_probe
         report["batch"] = args.batch
-        print(f"batch {args.batch}, {'sparse' if model.sparse_moe else 'dense'} experts", flush=True)
     args.moe = report["moe"] = "sparse" if model.sparse_moe else "dense"  # what ran (report["args"] is args)
+    print(f"batch {args.batch}, {args.moe} experts", flush=True)
     train(model, data, args, gen, dev, report, loss_fn, t_start)
     undo_compile()
     values = export(model, tok, model.c, args.out)

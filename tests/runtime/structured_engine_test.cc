@@ -36,7 +36,6 @@ Output collect(RequestStream& stream) {
 
 GrammarSpec regex(const std::string& pattern) { return {GrammarSpec::Kind::kRegex, pattern}; }
 
-
 // Requests of every kind the step mixes: grammar rows (regex, schema) next to free rows, greedy
 // (device argmax) and seeded sampling (host sampler), with logprobs (host path for greedy too).
 std::vector<GenerationRequest> mixed_requests() {
