@@ -13,15 +13,12 @@ Usage: nano_hf_reference.py MODEL_DIR HELDOUT.safetensors OUT_DIR
                                     sample (sample_prompt, sample_greedy_ids, sample_greedy_text)
 """
 import json
-import math
 import os
 import sys
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tokenizers import Tokenizer
-from transformers import DeepseekV4ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_nano  # noqa: E402
@@ -31,25 +28,9 @@ import train_nano  # noqa: E402
 def main():
     model_dir, heldout, out = sys.argv[1:4]
     os.makedirs(out, exist_ok=True)
-    ref = DeepseekV4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
-    ref.config._attn_implementation = "eager"
-    mtp = train_nano.MtpHead(ref.config).cuda().float()
-    stored = load_file(os.path.join(model_dir, "model.safetensors"))
-    mtp.load_state_dict({k[len("mtp.0."):]: v.float() for k, v in stored.items() if k.startswith("mtp.0.")})
-    capture = train_nano.StreamCapture(ref)
+    report = {}
     seqs = load_file(heldout)["input_ids"]
-    nll, hits, total = [], 0, 0
-    for i in range(0, seqs.shape[0], 8):
-        batch = seqs[i:i + 8].cuda()
-        _, _, logits, mtp_logits = train_nano.losses(ref, mtp, capture, batch)
-        token_nll = F.cross_entropy(logits.float().transpose(1, 2), batch[:, 1:], reduction="none")
-        nll.append(token_nll.mean(dim=1).cpu())
-        hits += (mtp_logits.argmax(-1) == batch[:, 2:]).sum().item()
-        total += batch[:, 2:].numel()
-    nll = torch.cat(nll)
-    save_file({"input_ids": seqs.contiguous(), "hf_mean_nll": nll.contiguous()}, os.path.join(out, "nano_heldout.safetensors"))
-    report = {"heldout_sequences": seqs.shape[0], "heldout_loss": nll.mean().item(),
-              "heldout_perplexity": math.exp(nll.mean().item()), "mtp_next_next_token_accuracy": hits / total}
+    ref = train_nano.hf_heldout(model_dir, seqs, os.path.join(out, "nano_heldout.safetensors"), report)
     train_nano.sample(ref, Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json")), report)
     json.dump(report, open(os.path.join(out, "hf_reference.json"), "w"), indent=1)
     print(json.dumps({k: v for k, v in report.items() if k != "sample_greedy_ids"}, indent=1))

@@ -274,19 +274,19 @@ def export(model, mtp, tok, out):
 
 
 @torch.no_grad()
-def evaluate(out, heldout_stream, report):
-    """HF full forward (fp32, no cache) of the exported checkpoint on the held-out sequences."""
+def hf_heldout(model_dir, seqs, heldout_path, report):
+    """HF full forward (fp32, no cache) of the checkpoint in model_dir on the held-out rows `seqs`
+    [N, SEQ + 1]: each row's mean NLL (saved with the rows to heldout_path) and the MTP head's
+    next-next-token accuracy, into report. Returns the HF model."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    ref = DeepseekV4ForCausalLM.from_pretrained(f"{out}/model", dtype=torch.float32).cuda().eval()
+    ref = DeepseekV4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
     ref.config._attn_implementation = "eager"
-    n = max(1, min(HELDOUT_SEQS, (len(heldout_stream) - 1) // (SEQ + 1)))
-    seqs = heldout_stream[: n * (SEQ + 1)].view(n, SEQ + 1)
     mtp = MtpHead(ref.config).cuda().float()  # the shipped (bf16 / fp32) draft head weights
-    stored = load_file(f"{out}/model/model.safetensors")
+    stored = load_file(f"{model_dir}/model.safetensors")
     mtp.load_state_dict({k[len("mtp.0."):]: v.float() for k, v in stored.items() if k.startswith("mtp.0.")})
     capture = StreamCapture(ref)
     nll, mtp_hits, mtp_total = [], 0, 0
-    for i in range(0, n, 8):
+    for i in range(0, seqs.shape[0], 8):
         batch = seqs[i:i + 8].cuda()
         main, _, logits, mtp_logits = losses(ref, mtp, capture, batch)
         token_nll = F.cross_entropy(logits.float().transpose(1, 2), batch[:, 1:], reduction="none")
@@ -294,12 +294,19 @@ def evaluate(out, heldout_stream, report):
         mtp_hits += (mtp_logits.argmax(-1) == batch[:, 2:]).sum().item()
         mtp_total += batch[:, 2:].numel()
     nll = torch.cat(nll)
-    save_file({"input_ids": seqs.contiguous(), "hf_mean_nll": nll.contiguous()}, f"{out}/heldout.safetensors")
-    report["heldout_sequences"] = n
+    save_file({"input_ids": seqs.contiguous(), "hf_mean_nll": nll.contiguous()}, heldout_path)
+    report["heldout_sequences"] = seqs.shape[0]
     report["heldout_loss"] = nll.mean().item()
     report["heldout_perplexity"] = math.exp(nll.mean().item())
     report["mtp_next_next_token_accuracy"] = mtp_hits / mtp_total
     return ref
+
+
+def evaluate(out, heldout_stream, report):
+    """hf_heldout of the exported checkpoint on the first held-out sequences."""
+    n = max(1, min(HELDOUT_SEQS, (len(heldout_stream) - 1) // (SEQ + 1)))
+    seqs = heldout_stream[: n * (SEQ + 1)].view(n, SEQ + 1)
+    return hf_heldout(f"{out}/model", seqs, f"{out}/heldout.safetensors", report)
 
 
 @torch.no_grad()
