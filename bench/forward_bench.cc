@@ -260,7 +260,7 @@ void print_step_profile(Session& s, int batch, int64_t vocab, std::mt19937& rng)
 
 }  // namespace
 
-// A set of kernel variants (--variant name=value,name=value) and how the decode rows name it.
+// A set of kernel variants (--variant name=value,name=value) and how the rows name it.
 struct VariantSet {
     std::vector<std::pair<std::string, int>> settings;
     std::string label;
@@ -331,8 +331,8 @@ int run(int argc, char** argv) {
     app.add_flag("--profile", profile, "after each batch's timed steps, one more step timed per op (device backends)");
     std::vector<std::string> variant_args;
     app.add_option("--variant", variant_args,
-                   "kernel variant set 'name=value[,name=value]' (Backend::set_variant); repeated, the sets' decode steps "
-                   "are timed alternately in two rounds");
+                   "kernel variant set 'name=value[,name=value]' (Backend::set_variant); repeated, each prefill is timed "
+                   "per set and the sets' decode steps alternately in two rounds");
     CLI11_PARSE(app, argc, argv);
 
     std::vector<bool> graph_modes;
@@ -401,13 +401,20 @@ int run(int argc, char** argv) {
         }
         return best;
     };
+    // A prefill's floor: its FLOPs (products, and attention over the window plus a quarter of the
+    // mean context) at the measured GEMM rate.
     for (int p : prompts)
-        for (bool det : det_modes) {
-            backend->set_batch_invariant(det);
-            double best = time_prefill(p);
-            std::printf("| prefill | %d tokens%s | %.1f tok/s | %.3f s |\n", p, mode_label(det), p / best, best);
-            if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
-        }
+        for (const VariantSet& set : variant_sets)
+            for (bool det : det_modes) {
+                backend->set_batch_invariant(det);
+                apply(set, *backend);
+                double best = time_prefill(p);
+                DecodeFloor f = decode_floor(cfg, wb, p, p / 2, bw, gemm_rate);
+                std::printf("| prefill | %d tokens%s%s | %.1f tok/s | %.3f s | floor %.3f s (%.2f TFLOP) | %.2fx floor |\n", p,
+                            set.label.c_str(), mode_label(det), p / best, best, f.flops / gemm_rate, f.flops / 1e12,
+                            best * gemm_rate / f.flops);
+                if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
+            }
     // Every timed run of decode steps starts from the same prefilled context, so graph modes and
     // variant sets decode at equal lengths.
     auto prefilled = [&](const std::vector<std::vector<int32_t>>& prompt) {

@@ -64,7 +64,9 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block,
 // head) pairs take the GPU's decode kernel (keys split over blocks, merged by the last block;
 // attend_and_store stores the keys and de-ropes the output in that merge), with one head group
 // or several (the last one partial), a head_dim that leaves lanes idle and V4-Flash's 64 heads x
-// 512; the mixed step with 20 heads takes the block-per-(token, head) kernel.
+// 512; the mixed step with 20 heads and the two prefills take the tiled kernel (head groups of 10
+// and 16, key lists that end inside a tile), or with attention_tiled=0 the block-per-(token,
+// head) kernel.
 TEST_P(BackendOpsAttention, AttentionAllModes) {
     struct Case {
         SeqShapes shapes;
@@ -74,13 +76,14 @@ TEST_P(BackendOpsAttention, AttentionAllModes) {
     // Each variant set restores what the one before it moved.
     for (const VariantSet& set : {VariantSet{}, VariantSet{{"attention_decode", 0}},
                                   VariantSet{{"attention_decode", 1}, {"attention_decode_splits", 32}},
-                                  VariantSet{{"attention_decode_splits", 1}}}) {
+                                  VariantSet{{"attention_decode_splits", 1}}, VariantSet{{"attention_tiled", 0}}}) {
         if (!apply_variants(*cpu, set)) continue;
         for (const Case& cs : {Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 4, 32},
                                Case{{{300, 1}, {150, 1}}, 128, 80, 4, 32},
                                Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 20, 32},
                                Case{{{200, 1}, {70, 2}}, 64, 24, 20, 96},
-                               Case{{{300, 1}}, 128, 80, 64, 512}}) {  // V4-Flash's heads and head_dim
+                               Case{{{300, 1}}, 128, 80, 64, 512},  // V4-Flash's heads and head_dim
+                               Case{{{0, 70}, {100, 30}}, 64, 40, 16, 512}}) {
             SCOPED_TRACE("heads " + std::to_string(cs.heads) + variant_label(set));
             int64_t heads = cs.heads, d = cs.d;
             int window = cs.window, rate = 4, picks = cs.picks;

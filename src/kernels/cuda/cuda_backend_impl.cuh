@@ -50,6 +50,9 @@ struct DeviceSeq {
 };
 
 struct HcPreArgs;  // mhc.cu
+namespace attn {
+struct AttnParams;  // attention_common.cuh
+}
 
 // The RMSNorm hc_pre_norm folds into the collapse (weight null: none).
 struct CollapseNorm {
@@ -218,6 +221,10 @@ private:
     // were stored and the output de-roped (or nothing was to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
                           const Rope* out_rope, const QueryPrep& q_prep = {});
+    // attention_tiled.cu (a block per token and head group, keys staged in shared memory); false
+    // when the step does not fit it (head_dim not a multiple of 4 or above 512, DSpark blocks) or
+    // the variant is off.
+    bool launch_attention_tiled(const attn::AttnParams& p, int tokens);
     // attention_decode.cu; false when the step does not fit it (head_dim not a multiple of 4 or
     // above 512, more (token, head group) pairs than SMs).
     bool launch_attention_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
@@ -280,7 +287,8 @@ private:
     // Kernel choices that set_variant can change for A/B measurements (defaults: the measured
     // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
-    // small steps on the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
+    // small steps on the block-per-(token, head) kernel); attention_tiled 0|1 (0: large steps on
+    // the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
     // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
     // hc_site_tagged 0|1 (the site's blocks exchange sums as tagged words, 0: behind a barrier);
     // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
@@ -292,7 +300,7 @@ private:
     // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
-        bool attention_decode = true;
+        bool attention_decode = true, attention_tiled = true;
         int attention_decode_splits = 16;
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;
@@ -301,6 +309,7 @@ private:
     } variants_;
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
+    size_t tiled_attention_smem_ = 0;  // dynamic shared memory the tiled attention kernel may use
     Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
     int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
     Tensor hc_site_words_;      // the mHC sites' tagged partial sums (mhc.cu), allocated at first use
