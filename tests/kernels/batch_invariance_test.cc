@@ -1,8 +1,9 @@
 // Batch invariance (Backend::set_batch_invariant, what deterministic requests run on): a row's
-// product, and a token's routed experts, come out with the same bits whatever batch they are
+// product, a token's routed experts and its attention come out with the same bits whatever batch they are
 // computed in (its size, the row's place in it), in every matmul precision, and still equal the
 // reference backend's result to the usual tolerance. On CUDA the same sweep with the mode off
-// finds rows that change (GEMV for a few rows, cuBLAS above, per-pair and grouped MoE kernels),
+// finds rows that change (GEMV for a few rows, cuBLAS above, per-pair and grouped MoE kernels,
+// split-key and tiled attention),
 // which shows that the comparison can fail.
 #include <gtest/gtest.h>
 
@@ -185,6 +186,82 @@ TEST_P(BatchInvariance, ATokensExpertsHaveTheSameBitsInAnyBatch) {
     }
 }
 
+// A decoding token's attention (its window from the ring, the indexer's picks among paged
+// compressed entries) as one row of a step that may also prefill another sequence.
+class AttentionProbe {
+public:
+    static constexpr int64_t kHeads = 16, kDim = 128, kPos = 300, kMostOthers = 400;
+    static constexpr int kWindow = 32, kRate = 4, kPicks = 24, kBlock = 8;
+
+    explicit AttentionProbe(std::mt19937& rng) : rng_(rng) {
+        q_ = random_f32({1, kHeads, kDim}, rng), kv_ = random_f32({1, kDim}, rng);
+        ring_ = random_f32({2, kWindow - 1, kDim}, rng), sinks_ = random_f32({kHeads}, rng);
+        int32_t probe_blocks = ((kPos + 1) / kRate + kBlock - 1) / kBlock, other_blocks = kMostOthers / kRate / kBlock + 1;
+        pool_ = random_f32({probe_blocks + other_blocks, kBlock, kDim}, rng);
+        for (int32_t b = probe_blocks + other_blocks - 1; b >= 0; --b)  // scattered: tables run backwards
+            (b < probe_blocks ? probe_table_ : other_table_).push_back(b);
+        for (int i = 0; i < kPicks; ++i) picks_.push_back(static_cast<int32_t>(rng() % ((kPos + 1) / kRate)));
+    }
+
+    // The probe's output row of a step that also prefills `others` tokens (0: none) of another
+    // sequence, placed before or after the probe.
+    Tensor row(Backend& b, int64_t others, bool probe_first, AttentionArgs::Compressed mode) {
+        int64_t n = 1 + others, at = probe_first ? 0 : others;
+        std::vector<SeqSlice> seqs{{static_cast<int32_t>(at), 1, kPos, 0}};
+        std::vector<std::span<const int32_t>> tables{probe_table_};
+        if (others > 0) {
+            auto where = probe_first ? seqs.end() : seqs.begin();
+            tables.insert(probe_first ? tables.end() : tables.begin(), other_table_);
+            seqs.insert(where, {probe_first ? 1 : 0, static_cast<int32_t>(others), 0, 1});
+        }
+        EntryStore store{pool_, tables};
+        AttentionArgs a;
+        a.q = random_f32({n, kHeads, kDim}, rng_), a.kv = random_f32({n, kDim}, rng_);
+        std::memcpy(a.q.data<float>() + at * kHeads * kDim, q_.raw(), q_.nbytes());
+        std::memcpy(a.kv.data<float>() + at * kDim, kv_.raw(), kv_.nbytes());
+        a.ring = ring_, a.window = kWindow, a.compressed = mode, a.entries = &store, a.rate = kRate;
+        a.sinks = sinks_, a.scale = 0.1f;
+        a.selected = Tensor::empty(DType::kI32, {n, kPicks});
+        for (int64_t r = 0, t = 0; r < n; ++r) {
+            int32_t* sel = a.selected.data<int32_t>() + r * kPicks;
+            int64_t visible = r == at ? 0 : (t++ + 1) / kRate;
+            for (int i = 0; i < kPicks; ++i) sel[i] = r == at ? picks_[i] : i < visible ? static_cast<int32_t>(rng_() % visible) : -1;
+        }
+        a.out = Tensor::empty(DType::kF32, {n, kHeads, kDim});
+        b.attention(seqs, a);
+        Tensor out = Tensor::empty(DType::kF32, {1, kHeads, kDim});
+        std::memcpy(out.raw(), a.out.data<float>() + at * kHeads * kDim, out.nbytes());
+        return out;
+    }
+
+    // How many steps (others x placement) change the probe's row from its row alone.
+    int changed_rows(Backend& b, AttentionArgs::Compressed mode) {
+        Tensor alone = row(b, 0, true, mode);
+        int changed = 0;
+        for (int64_t others : {1, 7, 40, 300})
+            for (bool first : {true, false})
+                changed += std::memcmp(alone.raw(), row(b, others, first, mode).raw(), alone.nbytes()) != 0;
+        return changed;
+    }
+
+private:
+    std::mt19937& rng_;
+    Tensor q_, kv_, ring_, sinks_, pool_;
+    std::vector<int32_t> probe_table_, other_table_, picks_;
+};
+
+// The probe alone, then beside prefills of 1 to 300 tokens: by default a lone token takes the
+// split-key decode kernel and a long step the tiled kernel; in the mode every step the tiled one.
+TEST_P(BatchInvariance, ATokensAttentionHasTheSameBitsInAnyBatch) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ASSERT_TRUE(dev->set_batch_invariant(true));
+    AttentionProbe probe(rng);
+    for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kSelected}) {
+        EXPECT_TRUE(all_close(probe.row(*dev, 40, false, mode), probe.row(*ref, 40, false, mode), 1e-4));
+        EXPECT_EQ(probe.changed_rows(*dev, mode), 0) << "compressed mode " << static_cast<int>(mode);
+    }
+}
+
 // The comparison can fail: CUDA's default kernels change a row's bits with the batch.
 TEST_P(BatchInvariance, WithoutTheModeCudaRowsChangeWithTheBatch) {
     if (GetParam() != "cuda") GTEST_SKIP() << "the CPU kernels are batch-invariant in every mode";
@@ -196,6 +273,8 @@ TEST_P(BatchInvariance, WithoutTheModeCudaRowsChangeWithTheBatch) {
         changed += changed_rows(w, random_f32({3, p.k}, rng));
     }
     EXPECT_GT(changed, 0);
+    AttentionProbe probe(rng);
+    EXPECT_GT(probe.changed_rows(*dev, AttentionArgs::Compressed::kSelected), 0) << "attention";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BatchInvariance, ::testing::Values("cpu", "cuda"),

@@ -1,8 +1,8 @@
 // Attention with sinks over the sliding window (ring + this step's new tokens) and compressed
 // entries (all visible, or the indexer's picks). Steps of many (token, head) pairs (prefill,
 // large batches) go to attention_tiled.cu (a block per token and group of heads, keys staged in
-// shared memory). This file's kernel takes one block per (token, head): the deterministic mode's
-// kernel for every step size, DSpark's block attention, and what the tiled kernel does not fit.
+// shared memory; deterministic mode's kernel for every step size). This file's kernel takes one
+// block per (token, head): DSpark's block attention, and what the tiled kernel does not fit.
 // Each warp walks its keys kKeysPerStep at a time (independent loads and reductions in flight)
 // with an online softmax, then the warps' partial results are merged. Steps of a few tokens go
 // to attention_decode.cu.
@@ -147,8 +147,7 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));
-    // Deterministic mode keeps the per-(token, head) kernel for every step size.
-    if (invariant_ || !launch_attention_tiled(p, n)) launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
+    if (!launch_attention_tiled(p, n)) launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
     return positions == nullptr;
 }
 

@@ -6,6 +6,8 @@
 //           staged query rows), then the online softmax of its two heads across the lanes;
 //   values: thread t adds the tile's weighted keys into its 4 heads x 8 columns of the output.
 // Arithmetic is fp32 throughout (the exact precision's attention); the sink joins at the end.
+// A head's result has the same bits whatever the group size and the step's other tokens, so
+// deterministic mode takes this kernel for every step size.
 #include <algorithm>
 
 #include "kernels/cuda/attention_common.cuh"
@@ -161,9 +163,9 @@ __global__ void __launch_bounds__(kThreads) attention_tiled_kernel(AttnParams p,
     }
 }
 
-// The largest divisor of `heads` that a block takes (every block a whole group).
-int head_group(int heads) {
-    for (int g = std::min(heads, kMaxGroup); g > 1; --g)
+// The largest divisor of `heads` up to `most` (every block takes a whole group).
+int head_group(int heads, int most) {
+    for (int g = std::min(heads, most); g > 1; --g)
         if (heads % g == 0) return g;
     return 1;
 }
@@ -173,7 +175,11 @@ int head_group(int heads) {
 bool CudaBackend::launch_attention_tiled(const AttnParams& p, int tokens) {
     if (!variants_.attention_tiled || p.d % 4 != 0 || p.d > 4 * kQuadThreads * kSlices || p.mode == attn::kBlockMode)
         return false;
-    int group = head_group(p.heads);
+    int group = head_group(p.heads, kMaxGroup);
+    // Deterministic mode runs every step size here: steps too small to fill the GPU get smaller
+    // groups (a head's arithmetic does not depend on its group, so the bits stay the same).
+    if (invariant_)
+        while (group > 1 && tokens * (p.heads / group) < 2 * sm_count_) group = head_group(p.heads, group - 1);
     size_t smem = TileSmem::bytes(p.d + kPad);
     if (smem > tiled_attention_smem_) {  // raised once for the largest head_dim seen on this device
         DI_CUDA_CHECK(cudaFuncSetAttribute(attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

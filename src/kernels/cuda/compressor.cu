@@ -5,7 +5,8 @@
 //  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k) (a lane per
 //    head, queries in shared memory); the top k (ties to the lower id, valid picks first) by rank
 //    counting for rows of up to 2,048 entries (unless a long prefill makes that quadratic work
-//    large), else by repeated block-wide argmax.
+//    large), else by a bitonic sort of the row up to 8,192 entries, else by repeated block-wide
+//    argmax. All three give the same ids in the same order.
 #include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -221,6 +222,46 @@ __global__ void index_rank_topk_kernel(IndexParams p) {
     for (int j = picked + threadIdx.x; j < p.top_k; j += blockDim.x) out[j] = -1;
 }
 
+// The same selection by sorting, for long prefills of rows of up to kSortMaxVisible entries: the
+// row's (score, id) pairs as 64-bit keys that order by score descending, then id ascending (-0.0
+// counted as +0.0, as the comparisons above do), bitonic-sorted in shared memory; the first k
+// keys are the picks, -1 where a score is -inf (a candidate mask) or the row runs out.
+constexpr int kSortMaxVisible = 8192;
+
+__device__ __forceinline__ unsigned long long descending_key(float score, int id) {
+    unsigned bits = __float_as_uint(score + 0.0f);  // -0.0 + 0.0 = +0.0
+    unsigned ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+    return (static_cast<unsigned long long>(~ascending) << 32) | static_cast<unsigned>(id);
+}
+
+__global__ void index_sort_topk_kernel(IndexParams p, int size) {  // size: a power of two >= every row's entries
+    pdl_prologue();
+    extern __shared__ unsigned long long keys[];
+    int row = blockIdx.x;
+    DeviceSeq s{};
+    long long visible_ll = 0;
+    token_info(p, row, s, visible_ll);
+    int visible = static_cast<int>(visible_ll);
+    const float* sc = p.scores + static_cast<long long>(row) * p.max_visible;
+    for (int e = threadIdx.x; e < size; e += blockDim.x) keys[e] = e < visible ? descending_key(sc[e], e) : ~0ULL;
+    for (int span = 2; span <= size; span <<= 1)
+        for (int half = span >> 1; half > 0; half >>= 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < size / 2; t += blockDim.x) {
+                int i = 2 * t - (t & (half - 1)), j = i + half;  // pairs (i, i + half) within runs of 2 * half
+                bool up = (i & span) == 0;
+                unsigned long long a = keys[i], b = keys[j];
+                if ((a > b) == up) keys[i] = b, keys[j] = a;
+            }
+        }
+    __syncthreads();
+    int* out = p.out + static_cast<long long>(row) * p.top_k;
+    for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
+        int id = j < visible ? static_cast<int>(keys[j] & 0xffffffffu) : -1;
+        out[j] = id >= 0 && sc[id] != -INFINITY ? id : -1;
+    }
+}
+
 // Rows with at most k visible entries select all of them (scores are finite without a candidate
 // mask): ids in ascending order, then -1. Same set as the ranked selection; only the order of the
 // picks differs, which attention does not depend on beyond fp32 summation order.
@@ -294,10 +335,19 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     // long rows do less work with the argmax rounds (k per row). Both pick the same ids in the
     // same order (score, then lower id), so the choice keeps deterministic mode batch-invariant.
     bool by_rank = max_visible <= kRankMaxVisible && static_cast<double>(n) * max_visible * max_visible <= 2e9;
-    if (by_rank)
+    if (by_rank) {
         launch_pdl(index_rank_topk_kernel, n, 256, 0, stream(), p);
-    else
+    } else if (max_visible <= kSortMaxVisible && variants_.indexer_sort) {
+        int size = 2;
+        while (size < max_visible) size *= 2;
+        size_t sort_smem = size * sizeof(unsigned long long);
+        if (sort_smem > 48 * 1024)
+            DI_CUDA_CHECK(cudaFuncSetAttribute(index_sort_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(sort_smem)));
+        launch_pdl(index_sort_topk_kernel, n, std::min(1024, size / 2), sort_smem, stream(), p, size);
+    } else {
         launch_pdl(index_topk_kernel, n, 256, 0, stream(), p);
+    }
 }
 
 }  // namespace deepinfer::kernels::cuda

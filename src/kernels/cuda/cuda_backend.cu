@@ -522,6 +522,7 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "gemv_prefetch_mib" && value >= 0 && value <= 48) v.gemv_prefetch_mib = value;
     else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
     else if (name == "attention_tiled" && flag) v.attention_tiled = value == 1;
+    else if (name == "indexer_sort" && flag) v.indexer_sort = value == 1;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
     else if (name == "hc_site" && flag) v.hc_site = value == 1;
     else if (name == "hc_site_tagged" && flag) v.hc_site_tagged = value == 1;

@@ -68,7 +68,7 @@ public:
     Device device() const override { return Device::kCuda; }
     const char* name() const override { return "cuda"; }
     // Deterministic mode: every op takes one path whatever the batch (det_gemm.cu for products,
-    // the block attention kernel, scored indexer picks, the GEMM form of the mHC mixes, the
+    // the tiled attention kernel, scored indexer picks, the GEMM form of the mHC mixes, the
     // device-grouped experts); see docs/architecture.md.
     bool batch_invariant() const override { return invariant_; }
     bool set_batch_invariant(bool on) override {
@@ -217,7 +217,8 @@ private:
     // The attention kernels (attention.cu): steps of a few tokens go to launch_attention_decode,
     // which prepares the queries in registers and, with positions and out_rope
     // (attend_and_store), stores the step's keys and de-ropes the output in its merge; other
-    // steps get a norm/rope pass first and a block per (token, head). Returns whether the keys
+    // steps get a norm/rope pass first and the tiled kernel (attention_tiled.cu) or, where it does
+    // not fit, a block per (token, head). Returns whether the keys
     // were stored and the output de-roped (or nothing was to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
                           const Rope* out_rope, const QueryPrep& q_prep = {});
@@ -288,7 +289,8 @@ private:
     // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
     // small steps on the block-per-(token, head) kernel); attention_tiled 0|1 (0: large steps on
-    // the block-per-(token, head) kernel); attention_decode_splits 1..32 (most
+    // the block-per-(token, head) kernel); indexer_sort 0|1 (0: long prefills' indexer picks by
+    // repeated argmax instead of a sort); attention_decode_splits 1..32 (most
     // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
     // hc_site_tagged 0|1 (the site's blocks exchange sums as tagged words, 0: behind a barrier);
     // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
@@ -300,7 +302,7 @@ private:
     // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
-        bool attention_decode = true, attention_tiled = true;
+        bool attention_decode = true, attention_tiled = true, indexer_sort = true;
         int attention_decode_splits = 16;
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;
