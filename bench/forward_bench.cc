@@ -387,12 +387,12 @@ int run(int argc, char** argv) {
     int max_len = std::max(*std::max_element(prompts.begin(), prompts.end()), context + decode_steps * max_verify + 8);
     int max_batch = *std::max_element(batches.begin(), batches.end());
     // The best of two prefills (three with --profile: the second is profiled, not counted).
-    auto time_prefill = [&](int p) {
+    auto time_prefill = [&](int p, bool with_profile) {
         double best = 1e30;
-        for (int rep = 0; rep < (profile ? 3 : 2); ++rep) {
+        for (int rep = 0; rep < (with_profile ? 3 : 2); ++rep) {
             Session s{m, model::HybridCache(m.cache_layout(), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
-            bool profiled = profile && rep == 1;
+            bool profiled = with_profile && rep == 1;
             backend->set_profiling(profiled);
             auto t0 = Clock::now();
             step(s, {random_tokens(rng, p, cfg.vocab_size)});
@@ -402,7 +402,7 @@ int run(int argc, char** argv) {
         return best;
     };
     // The first prefill of a process also grows the device allocator and loads libraries: untimed.
-    time_prefill(*std::max_element(prompts.begin(), prompts.end()));
+    time_prefill(*std::max_element(prompts.begin(), prompts.end()), false);
     // A prefill's floor: its FLOPs (products, and attention over the window plus a quarter of the
     // mean context) at the measured GEMM rate.
     for (int p : prompts)
@@ -410,7 +410,7 @@ int run(int argc, char** argv) {
             for (bool det : det_modes) {
                 backend->set_batch_invariant(det);
                 apply(set, *backend);
-                double best = time_prefill(p);
+                double best = time_prefill(p, profile);
                 DecodeFloor f = decode_floor(cfg, wb, p, p / 2, bw, gemm_rate);
                 std::printf("| prefill | %d tokens%s%s | %.1f tok/s | %.3f s | floor %.3f s (%.2f TFLOP) | %.2fx floor |\n", p,
                             set.label.c_str(), mode_label(det), p / best, best, f.flops / gemm_rate, f.flops / 1e12,

@@ -290,7 +290,8 @@ private:
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
     // small steps on the block-per-(token, head) kernel); attention_tiled 0|1 (0: large steps on
     // the block-per-(token, head) kernel); indexer_sort 0|1 (0: long prefills' indexer picks by
-    // repeated argmax instead of a sort); attention_decode_splits 1..32 (most
+    // repeated argmax instead of a sort); moe_grouped_mma 0|1 (0: experts grouped on the device on
+    // CUDA cores with fp32 activations); attention_decode_splits 1..32 (most
     // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
     // hc_site_tagged 0|1 (the site's blocks exchange sums as tagged words, 0: behind a barrier);
     // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
@@ -302,7 +303,7 @@ private:
     // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
-        bool attention_decode = true, attention_tiled = true, indexer_sort = true;
+        bool attention_decode = true, attention_tiled = true, indexer_sort = true, moe_grouped_mma = true;
         int attention_decode_splits = 16;
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;

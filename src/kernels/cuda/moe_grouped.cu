@@ -3,7 +3,8 @@
 // pairs in pair order: no atomics, so the layout does not vary from run to run); each block then
 // owns a few rows of one expert's matrices and applies them to that expert's pairs, eight at a
 // time, so the weights are read once per eight pairs and nothing returns to the host. Every pair
-// gets its own output row, and the slots of a token are added in slot order at the end.
+// gets its own output row, and the slots of a token are added in slot order at the end. By default
+// (variant moe_grouped_mma) the products run on tensor cores instead (see moe_up_mma_kernel).
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -143,6 +144,137 @@ __global__ void moe_weighted_combine_kernel(const float* y, const float* weights
     }
 }
 
+// The same products on tensor cores (mma.m16n8k16, bf16 weights x bf16 parts of the activations,
+// fp32 accumulation): a warp owns 16 rows of one expert's matrix and streams them once over k,
+// its accumulators holding up to kMmaPairs of the expert's pairs (more pairs: another pass). A
+// lane loads 8 consecutive k of a row and of each pair's activations; the two mma k-halves take
+// them in the same permuted order on both sides, so the sum over k is unchanged.
+constexpr int kMmaTiles = 8;                 // pair tiles of 8 per pass
+constexpr int kMmaPairs = 8 * kMmaTiles;
+constexpr int kMmaWarpRows = 16;
+constexpr int kMmaUpRows = kMmaWarpRows * kThreads / 32 / 2;  // rows of w1 (warps 0-3) and of w3 (warps 4-7) per block
+constexpr int kMmaDownRows = kMmaWarpRows * kThreads / 32;    // rows of w2 per block
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 load8_or_zero(const __nv_bfloat16* row, int k0, int k) {
+    return k0 < k ? __ldg(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
+}
+
+// acc[j] (rows w0 and w0 + 8 of the warp's tile x pairs of tile j) += W · Σ_p part p of the pairs'
+// activations, over k. act[j] points at pair (8 j + lane / 4)'s part 0 (null: no pair there);
+// parts lie part_stride apart.
+template <int P>
+__device__ void warp_rows_times_pairs(const __nv_bfloat16* w0, const __nv_bfloat16* w8, const __nv_bfloat16* const (&act)[kMmaTiles],
+                                      int tiles, int64_t part_stride, int k, float (&acc)[kMmaTiles][4]) {
+    int q = threadIdx.x % 4;
+#pragma unroll 4
+    for (int k0 = 8 * q; k0 < k + 8 * q; k0 += 32) {  // every lane runs the same steps (the last one partly empty)
+        uint4 a0 = load8_or_zero(w0, k0, k), a8 = load8_or_zero(w8, k0, k);
+#pragma unroll
+        for (int j = 0; j < kMmaTiles; ++j) {
+            if (j >= tiles) break;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                uint4 b = act[j] != nullptr ? load8_or_zero(act[j] + p * part_stride, k0, k) : make_uint4(0, 0, 0, 0);
+                mma_bf16(acc[j], a0.x, a8.x, a0.y, a8.y, b.x, b.y);
+                mma_bf16(acc[j], a0.z, a8.z, a0.w, a8.w, b.z, b.w);
+            }
+        }
+    }
+}
+
+// h[pair] = parts of silu(min(w1 · x, limit)) * clamp(w3 · x, ±limit) for the block's 64 rows.
+template <int P>
+__global__ void __launch_bounds__(kThreads) moe_up_mma_kernel(const __nv_bfloat16* xb, int64_t x_stride, int d, const int* order,
+                                                              const int* offsets, const ExpertRows* ex, int top_k, int inter,
+                                                              float limit, __nv_bfloat16* hb, int64_t h_stride) {
+    pdl_prologue();
+    __shared__ float gu[2][kMmaUpRows][kMmaPairs + 1];
+    int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * kMmaUpRows;
+    if (begin == end) return;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, which = warp / 4, wr = (warp % 4) * kMmaWarpRows;
+    const __nv_bfloat16* w = which == 0 ? ex[e].w1 : ex[e].w3;
+    const __nv_bfloat16* w0 = w + static_cast<int64_t>(min(r0 + wr + lane / 4, inter - 1)) * d;
+    const __nv_bfloat16* w8 = w + static_cast<int64_t>(min(r0 + wr + lane / 4 + 8, inter - 1)) * d;
+    for (int p0 = begin; p0 < end; p0 += kMmaPairs) {
+        int count = min(kMmaPairs, end - p0), tiles = (count + 7) / 8;
+        const __nv_bfloat16* act[kMmaTiles];
+        for (int j = 0; j < kMmaTiles; ++j) {
+            int t = 8 * j + lane / 4;
+            act[j] = t < count ? xb + static_cast<int64_t>(order[p0 + t] / top_k) * d : nullptr;
+        }
+        float acc[kMmaTiles][4] = {};
+        warp_rows_times_pairs<P>(w0, w8, act, tiles, x_stride, d, acc);
+        __syncthreads();  // the previous pass has read gu
+#pragma unroll
+        for (int j = 0; j < kMmaTiles; ++j)  // constant indices keep acc in registers
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (j < tiles) gu[which][wr + lane / 4 + 8 * (i / 2)][8 * j + 2 * (lane % 4) + i % 2] = acc[j][i];
+        __syncthreads();
+        for (int i = threadIdx.x; i < kMmaUpRows * count; i += kThreads) {
+            int r = i % kMmaUpRows, t = i / kMmaUpRows;
+            if (r0 + r >= inter) continue;
+            float g = fminf(gu[0][r][t], limit), u = fminf(fmaxf(gu[1][r][t], -limit), limit), v = g / (1.0f + expf(-g)) * u;
+            __nv_bfloat16* dst = hb + static_cast<int64_t>(order[p0 + t]) * inter + r0 + r;
+            for (int p = 0; p < P; ++p) {
+                __nv_bfloat16 b = __float2bfloat16(v);
+                dst[p * h_stride] = b;
+                v -= __bfloat162float(b);
+            }
+        }
+    }
+}
+
+// y[pair, r] = weight[pair] * w2_r · h[pair] for the block's 128 rows.
+template <int P>
+__global__ void __launch_bounds__(kThreads) moe_down_mma_kernel(const __nv_bfloat16* hb, int64_t h_stride, const int* order,
+                                                                const int* offsets, const ExpertRows* ex, const float* weights,
+                                                                int d, int inter, float* y) {
+    pdl_prologue();
+    int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1];
+    if (begin == end) return;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, row = blockIdx.y * kMmaDownRows + warp * kMmaWarpRows + lane / 4;
+    const __nv_bfloat16* w0 = ex[e].w2 + static_cast<int64_t>(min(row, d - 1)) * inter;
+    const __nv_bfloat16* w8 = ex[e].w2 + static_cast<int64_t>(min(row + 8, d - 1)) * inter;
+    for (int p0 = begin; p0 < end; p0 += kMmaPairs) {
+        int count = min(kMmaPairs, end - p0), tiles = (count + 7) / 8;
+        const __nv_bfloat16* act[kMmaTiles];
+        for (int j = 0; j < kMmaTiles; ++j) {
+            int t = 8 * j + lane / 4;
+            act[j] = t < count ? hb + static_cast<int64_t>(order[p0 + t]) * inter : nullptr;
+        }
+        float acc[kMmaTiles][4] = {};
+        warp_rows_times_pairs<P>(w0, w8, act, tiles, h_stride, inter, acc);
+#pragma unroll
+        for (int j = 0; j < kMmaTiles; ++j)  // constant indices keep acc in registers
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int t = 8 * j + 2 * (lane % 4) + i % 2, r = row + 8 * (i / 2);
+                if (j >= tiles || t >= count || r >= d) continue;
+                int pair = order[p0 + t];
+                y[static_cast<int64_t>(pair) * d + r] = weights[pair] * acc[j][i];
+            }
+    }
+}
+
+template <int P>
+void launch_moe_mma(cudaStream_t stream, const __nv_bfloat16* xb, int64_t n, int d, const int* order, const int* offsets,
+                    const ExpertRows* rows, int experts, int top_k, int inter, float limit, __nv_bfloat16* hb, int64_t pairs,
+                    const float* weights, float* y) {
+    launch_pdl(moe_up_mma_kernel<P>, dim3(experts, blocks_for(inter, kMmaUpRows)), kThreads, 0, stream, xb, n * d, d, order,
+               offsets, rows, top_k, inter, limit, hb, pairs * inter);
+    launch_pdl(moe_down_mma_kernel<P>, dim3(experts, blocks_for(d, kMmaDownRows)), kThreads, 0, stream, hb, pairs * inter,
+               order, offsets, rows, weights, d, inter, y);
+}
+
 }  // namespace
 
 void CudaBackend::moe_experts_invariant(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -181,7 +313,17 @@ void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const 
     int* offsets = order + pairs;
     launch_pdl(group_pairs_kernel, 1, 1024, 0, stream(), ids.data<int>(), static_cast<int>(pairs), experts, order,
                offsets);
-    Tensor h = empty(DType::kF32, {pairs, inter}), y = empty(DType::kF32, {pairs, d});
+    Tensor y = empty(DType::kF32, {pairs, d});
+    if (variants_.moe_grouped_mma) {  // tensor cores on the activations' bf16 parts (as the GEMMs take them)
+        Tensor xb = split_parts(x.data<float>(), d, n, d), hb = empty(DType::kBF16, {gemm_parts_ * pairs, inter});
+        auto launch = gemm_parts_ == 1 ? launch_moe_mma<1> : gemm_parts_ == 2 ? launch_moe_mma<2> : launch_moe_mma<3>;
+        launch(stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts, static_cast<int>(top_k),
+               inter, limit, hb.data<__nv_bfloat16>(), pairs, weights.data<float>(), y.data<float>());
+        launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
+                   static_cast<int>(top_k), d, out.data<float>());
+        return;
+    }
+    Tensor h = empty(DType::kF32, {pairs, inter});
     launch_pdl(moe_up_grouped_kernel, dim3(experts, blocks_for(inter, kUpRows)), kThreads, 0, stream(), x.data<float>(),
                static_cast<int>(d), order, offsets, rows, static_cast<int>(top_k), inter, limit, h.data<float>());
     launch_pdl(moe_down_grouped_kernel, dim3(experts, blocks_for(d, kDownRows)), kThreads, 0, stream(), h.data<float>(),
