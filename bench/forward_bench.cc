@@ -401,8 +401,9 @@ int run(int argc, char** argv) {
         }
         return best;
     };
-    // The first prefill of a process also grows the device allocator and loads libraries: untimed.
-    time_prefill(*std::max_element(prompts.begin(), prompts.end()), false);
+    // The first prefill of each length also grows the device allocator and picks GEMM kernels for
+    // its shapes: untimed.
+    for (int p : prompts) time_prefill(p, false);
     // A prefill's floor: its FLOPs (products, and attention over the window plus a quarter of the
     // mean context) at the measured GEMM rate.
     for (int p : prompts)

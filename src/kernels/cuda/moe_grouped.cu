@@ -167,24 +167,37 @@ __device__ __forceinline__ uint4 load8_or_zero(const __nv_bfloat16* row, int k0,
     return k0 < k ? __ldg(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
 }
 
+// Weights are read once: streaming loads that do not displace the activations in L1.
+__device__ __forceinline__ uint4 stream8_or_zero(const __nv_bfloat16* row, int k0, int k) {
+    return k0 < k ? __ldcs(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
+}
+
+constexpr int kMmaStepsInFlight = 4;  // k steps of 32 whose weights a warp loads before using them
+
 // acc[j] (rows w0 and w0 + 8 of the warp's tile x pairs of tile j) += W · Σ_p part p of the pairs'
 // activations, over k. act[j] points at pair (8 j + lane / 4)'s part 0 (null: no pair there);
-// parts lie part_stride apart.
+// parts lie part_stride apart. The weights of kMmaStepsInFlight steps are requested at once.
 template <int P>
 __device__ void warp_rows_times_pairs(const __nv_bfloat16* w0, const __nv_bfloat16* w8, const __nv_bfloat16* const (&act)[kMmaTiles],
                                       int tiles, int64_t part_stride, int k, float (&acc)[kMmaTiles][4]) {
+    constexpr int U = kMmaStepsInFlight;
     int q = threadIdx.x % 4;
-#pragma unroll 4
-    for (int k0 = 8 * q; k0 < k + 8 * q; k0 += 32) {  // every lane runs the same steps (the last one partly empty)
-        uint4 a0 = load8_or_zero(w0, k0, k), a8 = load8_or_zero(w8, k0, k);
+    for (int base = 8 * q; base < k + 8 * q; base += 32 * U) {  // every lane runs the same steps
+        uint4 a0[U], a8[U];
 #pragma unroll
-        for (int j = 0; j < kMmaTiles; ++j) {
-            if (j >= tiles) break;
+        for (int u = 0; u < U; ++u) a0[u] = stream8_or_zero(w0, base + 32 * u, k), a8[u] = stream8_or_zero(w8, base + 32 * u, k);
 #pragma unroll
-            for (int p = 0; p < P; ++p) {
-                uint4 b = act[j] != nullptr ? load8_or_zero(act[j] + p * part_stride, k0, k) : make_uint4(0, 0, 0, 0);
-                mma_bf16(acc[j], a0.x, a8.x, a0.y, a8.y, b.x, b.y);
-                mma_bf16(acc[j], a0.z, a8.z, a0.w, a8.w, b.z, b.w);
+        for (int u = 0; u < U; ++u) {
+            int k0 = base + 32 * u;
+#pragma unroll
+            for (int j = 0; j < kMmaTiles; ++j) {
+                if (j >= tiles) break;
+#pragma unroll
+                for (int p = 0; p < P; ++p) {
+                    uint4 b = act[j] != nullptr ? load8_or_zero(act[j] + p * part_stride, k0, k) : make_uint4(0, 0, 0, 0);
+                    mma_bf16(acc[j], a0[u].x, a8[u].x, a0[u].y, a8[u].y, b.x, b.y);
+                    mma_bf16(acc[j], a0[u].z, a8[u].z, a0[u].w, a8[u].w, b.z, b.w);
+                }
             }
         }
     }
