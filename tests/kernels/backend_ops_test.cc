@@ -274,14 +274,15 @@ TEST_P(BackendOps, Mhc) {
 // Shapes that take each expert path on the GPU: rows that are not whole 16-byte loads (per-expert
 // GEMMs), up to 64 (token, slot) pairs (each pair reads its expert), up to 1,024 pairs (grouped by
 // expert on the device: on tensor cores, experts with one or two passes of up to 64 pairs and
-// row blocks cut short; with moe_grouped_mma=0 on CUDA cores, passes of eight pairs), and more
+// row blocks cut short, with four k steps of weights or one in flight; with moe_grouped_mma=0 on
+// CUDA cores, passes of eight pairs), and more
 // (per-expert GEMMs).
 TEST_P(BackendOps, MoeRoutingAndExperts) {
     struct Shape {
         int64_t n, d, inter;
     };
     for (const VariantSet& set : {VariantSet{}, VariantSet{{"moe_up_unroll", 4}, {"moe_down_unroll", 4}},
-                                  VariantSet{{"moe_grouped_mma", 0}}}) {
+                                  VariantSet{{"moe_grouped_mma", 0}}, VariantSet{{"moe_mma_steps_in_flight", 4}}}) {
         if (!apply_variants(*cpu, set)) continue;
         for (Shape sh : {Shape{1, 264, 48}, Shape{7, 24, 10}, Shape{5, 264, 48}, Shape{40, 64, 16}, Shape{300, 256, 136},
                          Shape{600, 16, 8}}) {

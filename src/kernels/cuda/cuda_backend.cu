@@ -524,6 +524,7 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "attention_tiled" && flag) v.attention_tiled = value == 1;
     else if (name == "indexer_sort" && flag) v.indexer_sort = value == 1;
     else if (name == "moe_grouped_mma" && flag) v.moe_grouped_mma = value == 1;
+    else if (name == "moe_mma_steps_in_flight" && (value == 1 || value == 4)) v.moe_mma_steps_in_flight = value;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
     else if (name == "hc_site" && flag) v.hc_site = value == 1;
     else if (name == "hc_site_tagged" && flag) v.hc_site_tagged = value == 1;

@@ -172,16 +172,14 @@ __device__ __forceinline__ uint4 stream8_or_zero(const __nv_bfloat16* row, int k
     return k0 < k ? __ldcs(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
 }
 
-constexpr int kMmaStepsInFlight = 4;  // k steps of 32 whose weights a warp loads before using them
-
 // acc[j] (rows w0 and w0 + 8 of the warp's tile x pairs of tile j) += W · Σ_p part p of the pairs'
 // activations, over k. act[j] points at pair (8 j + lane / 4)'s part 0 (null: no pair there);
-// parts lie part_stride apart. The weights of kMmaStepsInFlight steps are requested at once.
-template <int P>
+// parts lie part_stride apart. The weights of U k steps of 32 are requested before their products.
+template <int P, int U>
 __device__ void warp_rows_times_pairs(const __nv_bfloat16* w0, const __nv_bfloat16* w8, const __nv_bfloat16* const (&act)[kMmaTiles],
                                       int tiles, int64_t part_stride, int k, float (&acc)[kMmaTiles][4]) {
-    constexpr int U = kMmaStepsInFlight;
     int q = threadIdx.x % 4;
+#pragma unroll(U == 1 ? 4 : 1)
     for (int base = 8 * q; base < k + 8 * q; base += 32 * U) {  // every lane runs the same steps
         uint4 a0[U], a8[U];
 #pragma unroll
@@ -204,7 +202,7 @@ __device__ void warp_rows_times_pairs(const __nv_bfloat16* w0, const __nv_bfloat
 }
 
 // h[pair] = parts of silu(min(w1 · x, limit)) * clamp(w3 · x, ±limit) for the block's 64 rows.
-template <int P>
+template <int P, int U>
 __global__ void __launch_bounds__(kThreads) moe_up_mma_kernel(const __nv_bfloat16* xb, int64_t x_stride, int d, const int* order,
                                                               const int* offsets, const ExpertRows* ex, int top_k, int inter,
                                                               float limit, __nv_bfloat16* hb, int64_t h_stride) {
@@ -224,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) moe_up_mma_kernel(const __nv_bfloat1
             act[j] = t < count ? xb + static_cast<int64_t>(order[p0 + t] / top_k) * d : nullptr;
         }
         float acc[kMmaTiles][4] = {};
-        warp_rows_times_pairs<P>(w0, w8, act, tiles, x_stride, d, acc);
+        warp_rows_times_pairs<P, U>(w0, w8, act, tiles, x_stride, d, acc);
         __syncthreads();  // the previous pass has read gu
 #pragma unroll
         for (int j = 0; j < kMmaTiles; ++j)  // constant indices keep acc in registers
@@ -247,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) moe_up_mma_kernel(const __nv_bfloat1
 }
 
 // y[pair, r] = weight[pair] * w2_r · h[pair] for the block's 128 rows.
-template <int P>
+template <int P, int U>
 __global__ void __launch_bounds__(kThreads) moe_down_mma_kernel(const __nv_bfloat16* hb, int64_t h_stride, const int* order,
                                                                 const int* offsets, const ExpertRows* ex, const float* weights,
                                                                 int d, int inter, float* y) {
@@ -265,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_mma_kernel(const __nv_bfloa
             act[j] = t < count ? hb + static_cast<int64_t>(order[p0 + t]) * inter : nullptr;
         }
         float acc[kMmaTiles][4] = {};
-        warp_rows_times_pairs<P>(w0, w8, act, tiles, h_stride, inter, acc);
+        warp_rows_times_pairs<P, U>(w0, w8, act, tiles, h_stride, inter, acc);
 #pragma unroll
         for (int j = 0; j < kMmaTiles; ++j)  // constant indices keep acc in registers
 #pragma unroll
@@ -278,13 +276,13 @@ __global__ void __launch_bounds__(kThreads) moe_down_mma_kernel(const __nv_bfloa
     }
 }
 
-template <int P>
+template <int P, int U>
 void launch_moe_mma(cudaStream_t stream, const __nv_bfloat16* xb, int64_t n, int d, const int* order, const int* offsets,
                     const ExpertRows* rows, int experts, int top_k, int inter, float limit, __nv_bfloat16* hb, int64_t pairs,
                     const float* weights, float* y) {
-    launch_pdl(moe_up_mma_kernel<P>, dim3(experts, blocks_for(inter, kMmaUpRows)), kThreads, 0, stream, xb, n * d, d, order,
+    launch_pdl(moe_up_mma_kernel<P, U>, dim3(experts, blocks_for(inter, kMmaUpRows)), kThreads, 0, stream, xb, n * d, d, order,
                offsets, rows, top_k, inter, limit, hb, pairs * inter);
-    launch_pdl(moe_down_mma_kernel<P>, dim3(experts, blocks_for(d, kMmaDownRows)), kThreads, 0, stream, hb, pairs * inter,
+    launch_pdl(moe_down_mma_kernel<P, U>, dim3(experts, blocks_for(d, kMmaDownRows)), kThreads, 0, stream, hb, pairs * inter,
                order, offsets, rows, weights, d, inter, y);
 }
 
@@ -329,7 +327,11 @@ void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const 
     Tensor y = empty(DType::kF32, {pairs, d});
     if (variants_.moe_grouped_mma) {  // tensor cores on the activations' bf16 parts (as the GEMMs take them)
         Tensor xb = split_parts(x.data<float>(), d, n, d), hb = empty(DType::kBF16, {gemm_parts_ * pairs, inter});
-        auto launch = gemm_parts_ == 1 ? launch_moe_mma<1> : gemm_parts_ == 2 ? launch_moe_mma<2> : launch_moe_mma<3>;
+        using Launch = decltype(&launch_moe_mma<1, 1>);
+        constexpr Launch kLaunch[3][2] = {{launch_moe_mma<1, 1>, launch_moe_mma<1, 4>},
+                                          {launch_moe_mma<2, 1>, launch_moe_mma<2, 4>},
+                                          {launch_moe_mma<3, 1>, launch_moe_mma<3, 4>}};
+        Launch launch = kLaunch[gemm_parts_ - 1][variants_.moe_mma_steps_in_flight == 4];
         launch(stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts, static_cast<int>(top_k),
                inter, limit, hb.data<__nv_bfloat16>(), pairs, weights.data<float>(), y.data<float>());
         launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
