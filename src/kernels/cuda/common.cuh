@@ -182,4 +182,24 @@ __device__ inline float dot8(uint4 w, float4 a, float4 b) {
 // A weight load that should not displace activations from L1 (weights are read once per step).
 __device__ inline uint4 load_weights(const __nv_bfloat16* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
 
+// c (a 16 x 8 fp32 tile) += a (16 x 16 bf16, row-major) · b (16 x 8 bf16, column-major) on tensor
+// cores, in mma.m16n8k16's register layout.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// v as `parts` bf16 parts (each the rounding of what the parts before left), part p at
+// dst[p * part_stride]: fp32 activations keep ~8, ~16 or ~24 bits on bf16 tensor cores.
+__device__ inline void store_parts(float v, int parts, __nv_bfloat16* dst, int64_t part_stride) {
+    for (int p = 0; p < parts; ++p) {
+        __nv_bfloat16 h = __float2bfloat16(v);
+        dst[p * part_stride] = h;
+        v -= __bfloat162float(h);
+    }
+}
+
 }  // namespace deepinfer::kernels::cuda

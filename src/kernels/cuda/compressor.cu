@@ -131,6 +131,14 @@ __device__ void token_info(const IndexParams& p, int row, DeviceSeq& s, long lon
     visible = (s.start_pos + (row - s.token_begin) + 1) / p.rate;
 }
 
+// Entries the token of `row` sees (its sequence slice found as token_info finds it).
+__device__ long long visible_entries(const IndexParams& p, int row) {
+    DeviceSeq s{};
+    long long visible = 0;
+    token_info(p, row, s, visible);
+    return visible;
+}
+
 // One block per token. The token's queries sit in shared memory (rows padded by one float so that
 // lanes reading different heads hit different banks); each warp copies one entry's key next to
 // them and its lanes take a head each, so a score needs one warp reduction, not one per head.
@@ -169,9 +177,7 @@ __global__ void index_scores_kernel(IndexParams p) {
 __global__ void index_topk_kernel(IndexParams p) {
     pdl_prologue();
     int row = blockIdx.x;
-    DeviceSeq s{};
-    long long visible = 0;
-    token_info(p, row, s, visible);
+    long long visible = visible_entries(p, row);
     float* sc = p.scores + static_cast<long long>(row) * p.max_visible;
     for (int k = 0; k < p.top_k; ++k) {
         float v = -INFINITY;
@@ -201,10 +207,7 @@ __global__ void index_rank_topk_kernel(IndexParams p) {
     pdl_prologue();
     __shared__ float sc[kRankMaxVisible];
     int row = blockIdx.x;
-    DeviceSeq s{};
-    long long visible_ll = 0;
-    token_info(p, row, s, visible_ll);
-    int visible = static_cast<int>(visible_ll);
+    int visible = static_cast<int>(visible_entries(p, row));
     const float* src = p.scores + static_cast<long long>(row) * p.max_visible;
     for (int e = threadIdx.x; e < visible; e += blockDim.x) sc[e] = src[e];
     __syncthreads();
@@ -238,10 +241,7 @@ __global__ void index_sort_topk_kernel(IndexParams p, int size) {  // size: a po
     pdl_prologue();
     extern __shared__ unsigned long long keys[];
     int row = blockIdx.x;
-    DeviceSeq s{};
-    long long visible_ll = 0;
-    token_info(p, row, s, visible_ll);
-    int visible = static_cast<int>(visible_ll);
+    int visible = static_cast<int>(visible_entries(p, row));
     const float* sc = p.scores + static_cast<long long>(row) * p.max_visible;
     for (int e = threadIdx.x; e < size; e += blockDim.x) keys[e] = e < visible ? descending_key(sc[e], e) : ~0ULL;
     for (int span = 2; span <= size; span <<= 1)
@@ -268,9 +268,7 @@ __global__ void index_sort_topk_kernel(IndexParams p, int size) {  // size: a po
 __global__ void index_select_all_kernel(IndexParams p) {
     pdl_prologue();
     int row = blockIdx.x;
-    DeviceSeq s{};
-    long long visible = 0;
-    token_info(p, row, s, visible);
+    long long visible = visible_entries(p, row);
     int* out = p.out + static_cast<long long>(row) * p.top_k;
     for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) out[j] = j < visible ? j : -1;
 }

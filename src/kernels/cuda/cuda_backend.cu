@@ -25,12 +25,7 @@ __global__ void split_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y,
     int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= m * k) return;
     int64_t r = i / k, c = i % k;
-    float rest = x[r * lda + c];
-    for (int p = 0; p < parts; ++p) {
-        __nv_bfloat16 h = __float2bfloat16(rest);
-        y[p * m * k + i] = h;
-        rest -= __bfloat162float(h);
-    }
+    store_parts(x[r * lda + c], parts, y + i, m * k);
 }
 
 // y[r, j] (row stride ldy) (+)= Σ_p partial[p * m + r, j], smallest part first.

@@ -65,14 +65,6 @@ __device__ __forceinline__ uint4 load8(const __nv_bfloat16* row, int64_t k0, int
     return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ const __nv_bfloat16* weights_of(const DetArgs& a, int group) {
     if (a.experts == nullptr) return a.w;
     const ExpertRows& e = a.experts[group];

@@ -20,14 +20,6 @@ struct RowInfo {
     int base, m;
 };
 
-__device__ inline void store_parts(float v, int parts, __nv_bfloat16* dst, int64_t part_stride) {
-    for (int p = 0; p < parts; ++p) {
-        __nv_bfloat16 h = __float2bfloat16(v);
-        dst[p * part_stride] = h;
-        v -= __bfloat162float(h);
-    }
-}
-
 // Σ_p src[(base + p * m) * width + col], smallest part first (as join_parts_kernel adds them).
 __device__ inline float join(const float* src, const RowInfo& r, int parts, int64_t width, int64_t col) {
     float v = 0;

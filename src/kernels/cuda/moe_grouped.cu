@@ -155,21 +155,12 @@ constexpr int kMmaWarpRows = 16;
 constexpr int kMmaUpRows = kMmaWarpRows * kThreads / 32 / 2;  // rows of w1 (warps 0-3) and of w3 (warps 4-7) per block
 constexpr int kMmaDownRows = kMmaWarpRows * kThreads / 32;    // rows of w2 per block
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint4 load8_or_zero(const __nv_bfloat16* row, int k0, int k) {
     return k0 < k ? __ldg(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
 }
 
-// Weights are read once: streaming loads that do not displace the activations in L1.
 __device__ __forceinline__ uint4 stream8_or_zero(const __nv_bfloat16* row, int k0, int k) {
-    return k0 < k ? __ldcs(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
+    return k0 < k ? load_weights(row + k0) : make_uint4(0, 0, 0, 0);
 }
 
 // acc[j] (rows w0 and w0 + 8 of the warp's tile x pairs of tile j) += W · Σ_p part p of the pairs'
@@ -233,13 +224,8 @@ __global__ void __launch_bounds__(kThreads) moe_up_mma_kernel(const __nv_bfloat1
         for (int i = threadIdx.x; i < kMmaUpRows * count; i += kThreads) {
             int r = i % kMmaUpRows, t = i / kMmaUpRows;
             if (r0 + r >= inter) continue;
-            float g = fminf(gu[0][r][t], limit), u = fminf(fmaxf(gu[1][r][t], -limit), limit), v = g / (1.0f + expf(-g)) * u;
-            __nv_bfloat16* dst = hb + static_cast<int64_t>(order[p0 + t]) * inter + r0 + r;
-            for (int p = 0; p < P; ++p) {
-                __nv_bfloat16 b = __float2bfloat16(v);
-                dst[p * h_stride] = b;
-                v -= __bfloat162float(b);
-            }
+            float g = fminf(gu[0][r][t], limit), u = fminf(fmaxf(gu[1][r][t], -limit), limit);
+            store_parts(g / (1.0f + expf(-g)) * u, P, hb + static_cast<int64_t>(order[p0 + t]) * inter + r0 + r, h_stride);
         }
     }
 }
