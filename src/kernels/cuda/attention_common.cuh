@@ -19,6 +19,9 @@ struct MergeEpilogue {
     int slots = 0;
 };
 
+// The kernels' four-wide dot product (the same expression, so the same rounding, in each).
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
 // AttnParams::mode of block_attention (0-2 are AttentionArgs::Compressed).
 constexpr int kBlockMode = 3;
 

@@ -33,8 +33,6 @@ __device__ __forceinline__ void load_row(const float* p, int d, int lane, Row& v
         v[j] = column(lane, j) < d ? *reinterpret_cast<const float4*>(p + column(lane, j)) : float4{0, 0, 0, 0};
 }
 
-__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
 __device__ __forceinline__ void axpy4(float4& y, float a, float4 x) {
     y.x += a * x.x, y.y += a * x.y, y.z += a * x.z, y.w += a * x.w;
 }
@@ -67,7 +65,7 @@ __device__ void rope_row(Row& v, int d, int lane, long long pos, const float* in
 __device__ void prepare_query(const AttnParams& p, long long pos, int lane, Row& q) {
     if (p.q_norm) {
         float ss = 0;
-        for (int j = 0; j < kSlices; ++j) ss += dot4(q[j], q[j]);  // zero past d
+        for (int j = 0; j < kSlices; ++j) ss += attn::dot4(q[j], q[j]);  // zero past d
         float inv = rsqrtf(warp_sum(ss) / p.d + p.q_eps);
         for (int j = 0; j < kSlices; ++j) scale4(q[j], inv);
     }
@@ -95,7 +93,7 @@ __device__ void walk_keys(const AttnParams& p, const Row& q, const float* const*
 #pragma unroll
         for (int u = 0; u < kKeysInFlight; ++u) {
             float dot = 0;
-            for (int j = 0; j < kSlices; ++j) dot += dot4(q[j], k[u][j]);
+            for (int j = 0; j < kSlices; ++j) dot += attn::dot4(q[j], k[u][j]);
             logit[u] = i0 + u < count ? warp_sum(dot) * p.scale : -INFINITY;
             m_new = fmaxf(m_new, logit[u]);
         }

@@ -25,8 +25,6 @@ constexpr int kQuadThreads = 64;        // values: threads per 4-head quad, each
 constexpr int kSlices = 2;              // columns 4 * ct + 256 * j (head_dim <= 512)
 constexpr int kPad = 4;                 // shared row stride d + 4: consecutive rows in other banks
 
-__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
 // Shared memory of a block: query rows [group][ld], the key tile [kTileKeys][ld], the tile's
 // weights [kTileKeys][kMaxGroup], per head the rescale of the running sums and the final (max, sum).
 struct TileSmem {
@@ -73,8 +71,8 @@ __device__ void score_tile(const AttnParams& p, int group, int count, const Tile
     if (lane < count)
         for (int c = 0; c < p.d; c += 4) {
             float4 kv = *reinterpret_cast<const float4*>(k + c);
-            da += dot4(*reinterpret_cast<const float4*>(qa + c), kv);
-            db += dot4(*reinterpret_cast<const float4*>(qb + c), kv);
+            da += attn::dot4(*reinterpret_cast<const float4*>(qa + c), kv);
+            db += attn::dot4(*reinterpret_cast<const float4*>(qb + c), kv);
         }
     float logit[2] = {lane < count ? da * p.scale : -INFINITY, lane < count ? db * p.scale : -INFINITY};
     for (int u = 0; u < (two ? 2 : 1); ++u) {
