@@ -83,7 +83,8 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
     cmd->add_option("--quantize", c.model.quantize, "re-encode weights at load: none, or q8 (8-bit blocks; CPU)")
         ->check(CLI::IsMember({"none", "q8"}));
     cmd->add_option("--precision", c.model.precision,
-                    "matrix products: exact (fp32 activations), fast (bf16 activations), auto (the model's default)")
+                    "matrix products: exact (fp32 activations), fast (bf16 activations), auto (fast on CUDA, the "
+                    "model's own on the CPU)")
         ->check(CLI::IsMember({"auto", "exact", "fast"}));
     cmd->add_option("--max-sequences", c.cache.max_sequences, "sequences resident in the cache at once")
         ->check(CLI::PositiveNumber);

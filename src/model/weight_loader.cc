@@ -121,7 +121,7 @@ KeptFormats kept_formats(WeightQuant quant, const kernels::Backend& backend) {
 WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_block, const LoadOptions& options,
                              kernels::Backend& backend, kernels::MatmulPrecision automatic) {
     check_weight_quant(options.quant, backend);
-    backend.set_matmul_precision(matmul_precision(options.precision, automatic));
+    backend.set_matmul_precision(matmul_precision(resolve_precision(options.precision, backend.device()), automatic));
     backend.set_int8_activations(options.quant == WeightQuant::kQ8);
     return WeightLoader(ckpt, fp8_block, options.quant, kept_formats(options.quant, backend));
 }
@@ -133,8 +133,20 @@ Precision parse_precision(const std::string& name) {
     fail("unknown precision '{}' (auto, exact, fast)", name);
 }
 
+Precision resolve_precision(Precision p, Device device) {
+    return p == Precision::kAuto && device == Device::kCuda ? Precision::kFast : p;
+}
+
+std::string precision_name(Precision p) {
+    switch (p) {
+        case Precision::kExact: return "exact";
+        case Precision::kFast: return "fast";
+        default: return "auto";
+    }
+}
+
 DType kv_cache_dtype(Precision p, const kernels::Backend& backend) {
-    return p == Precision::kFast && backend.reads_bf16_cache() ? DType::kBF16 : DType::kF32;
+    return resolve_precision(p, backend.device()) == Precision::kFast && backend.reads_bf16_cache() ? DType::kBF16 : DType::kF32;
 }
 
 kernels::MatmulPrecision matmul_precision(Precision p, kernels::MatmulPrecision automatic) {

@@ -25,9 +25,15 @@ KeptFormats kept_formats(WeightQuant quant, const kernels::Backend& backend);
 
 // kExact: matrix products keep fp32 activations' precision (the parity tests on random
 // fixtures, which are chaotic); kFast: activations rounded to bf16 into bf16 dot products, fp32
-// accumulation (trained models; judged by perplexity); kAuto: what the architecture and device
-// did before the choice existed (the CPU computes in fp32; CUDA splits activations into bf16 parts).
+// accumulation (trained models; judged by perplexity); kAuto: the device's default (below).
 enum class Precision { kAuto, kExact, kFast };
+
+// kAuto made concrete for a device: kFast on CUDA (its tensor cores are bf16; the bundled model's
+// perplexity moves by under 0.1%), else the architecture's own choice, which kAuto keeps (the CPU
+// computes in fp32). Explicit choices are returned as they are.
+Precision resolve_precision(Precision p, Device device);
+// "auto" / "exact" / "fast": the name parse_precision reads.
+std::string precision_name(Precision p);
 
 // "auto" / "exact" / "fast" (empty = auto); anything else is an error naming the choices.
 Precision parse_precision(const std::string& name);

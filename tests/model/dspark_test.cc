@@ -61,7 +61,7 @@ DraftFixture fixture_checkpoint() {
 
 void expect_draft_parity(kernels::Backend& backend, const std::string& what, const DraftFixture& d = fixture_checkpoint()) {
     model::DeepseekV41Model m(model::load_deepseek_v41_config(d.f.dir), model::Checkpoint(d.f.dir), backend,
-                              {.draft = true});
+                              {.precision = model::Precision::kExact, .draft = true});  // random weights: exact
     model::DSparkDraft* draft = m.dspark();
     ASSERT_NE(draft, nullptr);
     int64_t V = m.vocab_size(), T1 = draft->drafts_per_block(), total = d.taps.dim(0), width = d.taps.dim(1);
@@ -134,7 +134,7 @@ TEST(DSparkDraft, LoadedOnlyWhenAskedAndPresent) {
     EXPECT_EQ(target.dspark(), nullptr);
     std::string plain = test::data_path("v41/v41_tiny_a");
     model::DeepseekV41Model none(model::load_deepseek_v41_config(plain), model::Checkpoint(plain), *backend,
-                                 {.draft = true});
+                                 {.precision = model::Precision::kExact, .draft = true});  // random weights: exact
     EXPECT_EQ(none.dspark(), nullptr);
 }
 

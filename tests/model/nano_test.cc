@@ -135,7 +135,7 @@ TEST(DeepinferNano, MtpHeadAccuracyEqualsHf) {
     Tensor ids = heldout.tensor("input_ids");  // [N, L+1]
     auto backend = kernels::make_backend(test::device(), 0);
     model::DeepseekV4Model m(model::load_deepseek_v4_config(nano_dir()), model::Checkpoint(nano_dir()), *backend,
-                             {.draft = true});
+                             {.precision = model::Precision::kExact, .draft = true});  // HF's accuracy was fp32's
     ASSERT_NE(m.draft_model(), nullptr);
     int64_t n = ids.dim(0), len = ids.dim(1) - 1, vocab = m.config().vocab_size, hits = 0, total = 0;
     // In chunks of one window, as the engine commits (a step's features cover its last window).
