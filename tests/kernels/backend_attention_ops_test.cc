@@ -60,6 +60,31 @@ Scenario make_scenario(std::mt19937& rng, int64_t dim, int rate, int block,
     return sc;
 }
 
+// Random queries, keys, ring, sinks and indexer picks (valid ones packed first) for a scenario's
+// step; rate 4; the entries are `store`'s.
+AttentionArgs random_attention(std::mt19937& rng, const Scenario& sc, EntryStore& store, int64_t heads, int64_t d,
+                               int window, int picks) {
+    constexpr int rate = 4;
+    AttentionArgs a;
+    a.q = random_f32({sc.num_tokens, heads, d}, rng);
+    a.kv = random_f32({sc.num_tokens, d}, rng);
+    a.ring = random_f32({3, window - 1, d}, rng);
+    a.window = window;
+    a.entries = &store;
+    a.rate = rate;
+    a.sinks = random_f32({heads}, rng);
+    a.scale = 0.3f;
+    a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, picks});
+    for (const auto& s : sc.seqs)
+        for (int t = 0; t < s.num_tokens; ++t) {
+            int64_t visible = (s.start_pos + t + 1) / rate;
+            for (int i = 0; i < picks; ++i)
+                a.selected.data<int32_t>()[(s.token_begin + t) * picks + i] =
+                    i < visible ? static_cast<int32_t>(rng() % visible) : -1;
+        }
+    return a;
+}
+
 // A mixed step (prefill and decode), and decode steps of long sequences. Steps of few (token,
 // head) pairs take the GPU's decode kernel (keys split over blocks, merged by the last block;
 // attend_and_store stores the keys and de-ropes the output in that merge), with one head group
@@ -89,23 +114,7 @@ TEST_P(BackendOpsAttention, AttentionAllModes) {
             int window = cs.window, rate = 4, picks = cs.picks;
             Scenario sc = make_scenario(rng, d, rate, 5, cs.shapes);
             EntryStore store = sc.store();
-            AttentionArgs a;
-            a.q = random_f32({sc.num_tokens, heads, d}, rng);
-            a.kv = random_f32({sc.num_tokens, d}, rng);
-            a.ring = random_f32({3, window - 1, d}, rng);
-            a.window = window;
-            a.entries = &store;
-            a.rate = rate;
-            a.sinks = random_f32({heads}, rng);
-            a.scale = 0.3f;
-            a.selected = Tensor::empty(DType::kI32, {sc.num_tokens, picks});
-            for (const auto& s : sc.seqs)
-                for (int t = 0; t < s.num_tokens; ++t) {
-                    int64_t visible = (s.start_pos + t + 1) / rate;
-                    for (int i = 0; i < picks; ++i)
-                        a.selected.data<int32_t>()[(s.token_begin + t) * picks + i] =
-                            i < visible ? static_cast<int32_t>(rng() % visible) : -1;
-                }
+            AttentionArgs a = random_attention(rng, sc, store, heads, d, window, picks);
             for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible,
                               AttentionArgs::Compressed::kSelected}) {
                 a.compressed = mode;
@@ -143,6 +152,45 @@ TEST_P(BackendOpsAttention, AttentionAllModes) {
             ref->rope(ob, at_pos, static_cast<int>(heads), rope, true);
             EXPECT_TRUE(all_close(a.out, b.out, tol)) << "attend_and_store, window " << window;
             EXPECT_TRUE(all_close(a.ring, b.ring, 0.0)) << "attend_and_store ring, window " << window;
+        }
+    }
+}
+
+// The fast precision takes CUDA's large steps to tensor cores (attention_mma.cu: queries, keys
+// and weights rounded to bf16, fp32 sums): within bf16's rounding of the reference, and not the
+// default precision's bits (else the tensor-core kernel did not run). Heads per block are 32:
+// V4-Flash's 64 x 512, one group of 32 over a short window (key lists ending inside a tile), 96
+// heads of 128.
+TEST_P(BackendOpsAttention, FastPrecisionAttention) {
+    if (on_host()) GTEST_SKIP() << "the CPU's attention is fp32 in every precision";
+    struct Case {
+        SeqShapes shapes;
+        int window, picks;
+        int64_t heads, d;
+    };
+    for (const Case& cs : {Case{{{0, 70}, {100, 30}}, 64, 40, 64, 512}, Case{{{41, 1}, {9, 23}, {0, 13}}, 8, 3, 32, 64},
+                           Case{{{0, 40}, {60, 20}}, 128, 80, 96, 128}}) {
+        SCOPED_TRACE("heads " + std::to_string(cs.heads) + " x " + std::to_string(cs.d));
+        Scenario sc = make_scenario(rng, cs.d, 4, 5, cs.shapes);
+        EntryStore store = sc.store();
+        AttentionArgs a = random_attention(rng, sc, store, cs.heads, cs.d, cs.window, cs.picks);
+        auto attend = [&](Backend& b, MatmulPrecision precision) {
+            b.set_matmul_precision(precision);
+            b.set_variant("attention_mma", 1);  // the reference backend has no variants
+            AttentionArgs args = a;
+            args.out = Tensor::empty(DType::kF32, {sc.num_tokens, cs.heads, cs.d});
+            b.attention(sc.seqs, args);
+            return args.out;
+        };
+        for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kAllVisible,
+                          AttentionArgs::Compressed::kSelected}) {
+            a.compressed = mode;
+            Tensor want = attend(*ref, MatmulPrecision::kFp32);
+            Tensor fast = attend(*cpu, MatmulPrecision::kBf16), other = attend(*cpu, MatmulPrecision::kBf16x2);
+            EXPECT_TRUE(all_close(fast, want, 1e-2)) << "mode " << static_cast<int>(mode);
+            EXPECT_TRUE(all_close(other, want, tol)) << "mode " << static_cast<int>(mode);
+            EXPECT_FALSE(all_close(fast, other, 1e-6)) << "mode " << static_cast<int>(mode)
+                                                       << ": the fast precision changed nothing; did the tensor cores run?";
         }
     }
 }
@@ -238,6 +286,60 @@ TEST_P(BackendOpsAttention, IndexerLongRows) {
         EXPECT_EQ(std::memcmp(a.out.raw(), b.out.raw(), a.out.nbytes()), 0) << variant_label(set);
     }
     cpu->reset_variants();
+}
+
+// Σ_h w_h · scale · relu(q_h · k_e) of row `row` (a token of sequence `s`) in double.
+double indexer_score(const IndexerArgs& a, const Scenario& sc, size_t s, int64_t row, int64_t e) {
+    int64_t heads = a.q.dim(1), dim = a.q.dim(2), block = sc.pool.dim(1);
+    const float* k = sc.pool.data<float>() + (sc.tables[s][e / block] * block + e % block) * dim;
+    double score = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+        const float* q = a.q.data<float>() + (row * heads + h) * dim;
+        double dot = 0;
+        for (int64_t c = 0; c < dim; ++c) dot += static_cast<double>(q[c]) * k[c];
+        score += a.weights.data<float>()[row * heads + h] * static_cast<double>(a.scale) * std::max(dot, 0.0);
+    }
+    return score;
+}
+
+// The fast precision scores CUDA's indexer on tensor cores (indexer_mma.cu: bf16 queries and
+// keys, V4's 64 heads x 128): a row's picks may differ from the fp32 scores' only among near
+// ties, so every pick's exact score is within bf16's rounding of the row's k-th best, and a row
+// picks as many entries as it sees (up to k), none twice.
+TEST_P(BackendOpsAttention, FastPrecisionIndexer) {
+    if (on_host()) GTEST_SKIP() << "the CPU's indexer is fp32 in every precision";
+    int rate = 4, dim = 128, top_k = 24;
+    Scenario sc = make_scenario(rng, dim, rate, 16, {{500, 40}, {0, 30}, {90, 1}});
+    EntryStore store = sc.store();
+    IndexerArgs a;
+    a.q = random_f32({sc.num_tokens, 64, dim}, rng);
+    a.weights = random_f32({sc.num_tokens, 64}, rng);
+    a.scale = 0.05f, a.keys = &store, a.rate = rate, a.top_k = top_k;
+    a.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
+    cpu->set_matmul_precision(MatmulPrecision::kBf16);
+    ASSERT_TRUE(cpu->set_variant("indexer_mma", 1));
+    cpu->indexer_topk(sc.seqs, a);
+    for (size_t s = 0; s < sc.seqs.size(); ++s)
+        for (int t = 0; t < sc.seqs[s].num_tokens; ++t) {
+            int64_t row = sc.seqs[s].token_begin + t, visible = (sc.seqs[s].start_pos + t + 1) / rate;
+            std::vector<double> exact(visible);
+            for (int64_t e = 0; e < visible; ++e) exact[e] = indexer_score(a, sc, s, row, e);
+            std::vector<double> sorted = exact;
+            std::sort(sorted.rbegin(), sorted.rend());
+            int64_t picks = std::min<int64_t>(visible, top_k);
+            double kth = picks > 0 ? sorted[picks - 1] : 0, slack = 1e-2 * (std::abs(sorted.empty() ? 0 : sorted[0]) + 1e-6);
+            std::vector<bool> seen(visible);
+            for (int i = 0; i < top_k; ++i) {
+                int32_t id = a.out.data<int32_t>()[row * top_k + i];
+                if (i >= picks) {
+                    EXPECT_EQ(id, -1) << "row " << row << " pick " << i;
+                    continue;
+                }
+                ASSERT_TRUE(id >= 0 && id < visible && !seen[id]) << "row " << row << " pick " << i << " id " << id;
+                seen[id] = true;
+                EXPECT_GE(exact[id], kth - slack) << "row " << row << " picked entry " << id << " below the k-th best";
+            }
+        }
 }
 
 TEST_P(BackendOpsAttention, PairPoolingAndEntryStores) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 #include <random>
 
 #include "base/error.h"
@@ -315,6 +316,31 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
                 ref->moe_ffn(x, ia, wa, ex, shared, 1.0f, ob);
                 EXPECT_TRUE(all_close(oa, ob, mm_tol)) << "moe_ffn, n " << n << " d " << d << " inter " << inter;
             }
+        }
+    }
+}
+
+// The fast precision's routed experts (one bf16 part per activation) on the GPU's grouped paths:
+// the tensor-core kernels with weights streamed from memory or, with moe_staged=1, staged through
+// shared memory (one or two passes of up to 64 pairs, row blocks and k chunks cut short), within
+// bf16's rounding of the fp32 reference.
+TEST_P(BackendOps, FastPrecisionExperts) {
+    if (on_host()) GTEST_SKIP() << "covered by the CPU's fused-op tests";
+    cpu->set_matmul_precision(MatmulPrecision::kBf16);
+    for (const VariantSet& set : {VariantSet{}, VariantSet{{"moe_staged", 1}}}) {
+        if (!apply_variants(*cpu, set)) continue;
+        for (auto [n, d, inter] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 16}, {300, 256, 136}, {200, 520, 72}}) {
+            SCOPED_TRACE(variant_label(set) + " n " + std::to_string(n) + " d " + std::to_string(d));
+            int64_t experts = 6, k = 2;
+            Tensor ids = Tensor::empty(DType::kI32, {n, k}), w = random_f32({n, k}, rng);
+            for (int64_t i = 0; i < n * k; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>(rng() % experts);
+            std::vector<ExpertWeights> ex;
+            for (int64_t e = 0; e < experts; ++e)
+                ex.push_back({random_bf16({inter, d}, rng), random_bf16({inter, d}, rng), random_bf16({d, inter}, rng)});
+            Tensor x = random_f32({n, d}, rng), oa = random_f32({n, d}, rng), ob = copy_of(oa);
+            cpu->moe_experts(x, ids, w, ex, 1.0f, oa);
+            ref->moe_experts(x, ids, w, ex, 1.0f, ob);
+            EXPECT_TRUE(all_close(oa, ob, 2e-2));
         }
     }
 }

@@ -147,7 +147,7 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));
-    if (!launch_attention_tiled(p, n)) launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
+    if (!launch_attention_mma(p, n) && !launch_attention_tiled(p, n)) launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
     return positions == nullptr;
 }
 

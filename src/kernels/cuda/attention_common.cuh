@@ -97,6 +97,27 @@ __device__ inline int count_picks(const AttnParams& p, int row) {
     return count;
 }
 
+// A token's key list in the large-step kernels (attention_tiled.cu, attention_mma.cu): its
+// sequence slice, position, window keys and total keys (window, then compressed entries).
+struct TokenKeys {
+    DeviceSeq s;
+    long long pos, num_window;
+    int total;
+};
+
+// The key list of `row`'s token; false when the row belongs to no sequence (the same for every
+// thread of a block; every thread must call it: the picks are counted block-wide).
+__device__ inline bool token_keys(const AttnParams& p, int row, TokenKeys& k) {
+    int si = seq_of(p.seqs, p.num_seqs, row);
+    if (si < 0) return false;
+    k.s = p.seqs[si];
+    k.pos = k.s.start_pos + (row - k.s.token_begin);
+    k.num_window = max(0LL, min(static_cast<long long>(p.window), k.pos + 1 - k.s.window_from));
+    int num_comp = p.mode == 1 ? static_cast<int>((k.pos + 1) / p.rate) : p.mode == 2 ? count_picks(p, row) : 0;
+    k.total = static_cast<int>(k.num_window) + num_comp;
+    return true;
+}
+
 // Row `row`'s kv into its sequence's ring (only the last `slots` new tokens of a sequence: the
 // others would be overwritten in this step anyway), threads striding the columns.
 __device__ inline void store_ring_row(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d,

@@ -93,13 +93,10 @@ __global__ void __launch_bounds__(kThreads) attention_tiled_kernel(AttnParams p,
     TileSmem sm(reinterpret_cast<float*>(smem4), ld);
     int groups = p.heads / group;
     int row = blockIdx.x / groups, head0 = (blockIdx.x % groups) * group;
-    int si = attn::seq_of(p.seqs, p.num_seqs, row);
-    if (si < 0) return;
-    const DeviceSeq s = p.seqs[si];
-    long long pos = s.start_pos + (row - s.token_begin);
-    long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
-    int num_comp = p.mode == 1 ? static_cast<int>((pos + 1) / p.rate) : p.mode == 2 ? attn::count_picks(p, row) : 0;
-    int total = static_cast<int>(num_window) + num_comp;
+    attn::TokenKeys tk;
+    if (!attn::token_keys(p, row, tk)) return;
+    const DeviceSeq& s = tk.s;
+    int total = tk.total;
 
     const float* q = p.q + (static_cast<long long>(row) * p.heads + head0) * p.d;
     for (int i = 4 * threadIdx.x; i < group * p.d; i += 4 * kThreads)
@@ -111,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) attention_tiled_kernel(AttnParams p,
     for (int i0 = 0; i0 < total; i0 += kTileKeys) {
         int count = min(kTileKeys, total - i0);
         __syncthreads();  // the previous tile's keys and weights are used up
-        stage_keys(p, s, pos, num_window, i0, count, sm.keys, ld);
+        stage_keys(p, s, tk.pos, tk.num_window, i0, count, sm.keys, ld);
         __syncthreads();
         score_tile(p, group, count, sm, ld, m, l);
         __syncthreads();

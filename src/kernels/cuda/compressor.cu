@@ -3,16 +3,20 @@
 //    window pools its tokens (from this step's rows, or the carry ring for earlier positions),
 //    normalises, ropes and stores the entry; then the step's last tokens go into the carry ring.
 //  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k) (a lane per
-//    head, queries in shared memory); the top k (ties to the lower id, valid picks first) by rank
+//    head, queries in shared memory; in the fast precision indexer_mma.cu on tensor cores); the top k (ties to the lower id, valid picks first) by rank
 //    counting for rows of up to 2,048 entries (unless a long prefill makes that quadratic work
 //    large), else by a bitonic sort of the row up to 8,192 entries, else by repeated block-wide
 //    argmax. All three give the same ids in the same order.
 #include <vector>
 
-#include "kernels/cuda/cuda_backend_impl.cuh"
+#include "kernels/cuda/indexer_common.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
+
+using indexer::IndexParams;
+using indexer::token_info;
+using indexer::visible_entries;
 
 constexpr int kMaxDim = 1024;
 
@@ -111,32 +115,6 @@ __global__ void carry_write_kernel(CompParams p, int num_seqs) {
             if (col < c * p.dim) slot[col] = k[i], slot[c * p.dim + col] = g[i];
         }
     }
-}
-
-struct IndexParams {
-    const float* q;        // [N, heads, dim]
-    const float* weights;  // [N, heads]
-    const float* pool;
-    const DeviceSeq* seqs;
-    const int* tables;
-    float* scores;         // [N, max_visible]
-    int* out;              // [N, top_k]
-    int num_seqs, heads, dim, rate, top_k, block, max_visible;
-    float scale;
-};
-
-__device__ void token_info(const IndexParams& p, int row, DeviceSeq& s, long long& visible) {
-    for (int i = 0; i < p.num_seqs; ++i)
-        if (row >= p.seqs[i].token_begin && row < p.seqs[i].token_begin + p.seqs[i].num_tokens) s = p.seqs[i];
-    visible = (s.start_pos + (row - s.token_begin) + 1) / p.rate;
-}
-
-// Entries the token of `row` sees (its sequence slice found as token_info finds it).
-__device__ long long visible_entries(const IndexParams& p, int row) {
-    DeviceSeq s{};
-    long long visible = 0;
-    token_info(p, row, s, visible);
-    return visible;
 }
 
 // One block per token. The token's queries sit in shared memory (rows padded by one float so that
@@ -327,7 +305,7 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     size_t smem = (static_cast<size_t>(p.heads) * (p.dim + 1) + kThreads / 32 * static_cast<size_t>(p.dim)) * sizeof(float);
     if (smem > 48 * 1024)
         DI_CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_pdl(index_scores_kernel, n, kThreads, smem, stream(), p);
+    if (!launch_index_scores_mma(p, n)) launch_pdl(index_scores_kernel, n, kThreads, smem, stream(), p);
     if (a.candidates_in.defined() || a.candidates_out.defined()) candidate_stage(seqs, a, scores, max_visible);
     // Rank counting costs visible² per row: the lowest latency for decode, but long prefills of
     // long rows do less work with the argmax rounds (k per row). Both pick the same ids in the

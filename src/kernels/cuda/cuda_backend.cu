@@ -517,7 +517,11 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "gemv_prefetch_mib" && value >= 0 && value <= 48) v.gemv_prefetch_mib = value;
     else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
     else if (name == "attention_tiled" && flag) v.attention_tiled = value == 1;
+    else if (name == "attention_mma" && flag) v.attention_mma = value == 1;
+    else if (name == "attention_mma_blocks" && (value == 1 || value == 2)) v.attention_mma_blocks = value;
     else if (name == "indexer_sort" && flag) v.indexer_sort = value == 1;
+    else if (name == "indexer_mma" && flag) v.indexer_mma = value == 1;
+    else if (name == "moe_staged" && flag) v.moe_staged = value == 1;
     else if (name == "moe_grouped_mma" && flag) v.moe_grouped_mma = value == 1;
     else if (name == "moe_mma_steps_in_flight" && (value == 1 || value == 4)) v.moe_mma_steps_in_flight = value;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;

@@ -53,6 +53,9 @@ struct HcPreArgs;  // mhc.cu
 namespace attn {
 struct AttnParams;  // attention_common.cuh
 }
+namespace indexer {
+struct IndexParams;  // indexer_common.cuh
+}
 
 // The RMSNorm hc_pre_norm folds into the collapse (weight null: none).
 struct CollapseNorm {
@@ -217,8 +220,9 @@ private:
     // The attention kernels (attention.cu): steps of a few tokens go to launch_attention_decode,
     // which prepares the queries in registers and, with positions and out_rope
     // (attend_and_store), stores the step's keys and de-ropes the output in its merge; other
-    // steps get a norm/rope pass first and the tiled kernel (attention_tiled.cu) or, where it does
-    // not fit, a block per (token, head). Returns whether the keys
+    // steps get a norm/rope pass first and, in the fast precision, the tensor-core kernel
+    // (attention_mma.cu), else the tiled kernel (attention_tiled.cu) or, where it does not fit, a
+    // block per (token, head). Returns whether the keys
     // were stored and the output de-roped (or nothing was to do).
     bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
                           const Rope* out_rope, const QueryPrep& q_prep = {});
@@ -226,6 +230,19 @@ private:
     // when the step does not fit it (head_dim not a multiple of 4 or above 512, DSpark blocks) or
     // the variant is off.
     bool launch_attention_tiled(const attn::AttnParams& p, int tokens);
+    // attention_mma.cu (bf16 queries and keys on tensor cores); false outside the fast precision,
+    // in deterministic mode, for DSpark blocks, heads not a multiple of 32, head_dim not a
+    // multiple of 64 or above 512, or with the variant off.
+    bool launch_attention_mma(const attn::AttnParams& p, int tokens);
+    // indexer_mma.cu: the indexer's scores on tensor cores (bf16 queries and keys); false outside
+    // the fast precision, in deterministic mode, above 64 heads or 128 dims, for heads or dims not
+    // a multiple of 16, or with the variant off.
+    bool launch_index_scores_mma(const indexer::IndexParams& p, int tokens);
+    // moe_staged.cu: the grouped experts' up and down products in the fast precision with the
+    // weights staged through shared memory (variant moe_staged); xb: [pairs' tokens, d] bf16,
+    // hb: [pairs, inter] bf16 scratch, y: [pairs, d] weighted per pair.
+    void launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets, const ExpertRows* rows,
+                           int experts, int top_k, int inter, float limit, __nv_bfloat16* hb, const float* weights, float* y);
     // attention_decode.cu; false when the step does not fit it (head_dim not a multiple of 4 or
     // above 512, more (token, head group) pairs than SMs).
     bool launch_attention_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
@@ -289,7 +306,11 @@ private:
     // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,
     // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
     // small steps on the block-per-(token, head) kernel); attention_tiled 0|1 (0: large steps on
-    // the block-per-(token, head) kernel); indexer_sort 0|1 (0: long prefills' indexer picks by
+    // the block-per-(token, head) kernel); attention_mma 0|1 (0: large steps of the fast precision
+    // on the fp32 tiled kernel); attention_mma_blocks 1|2 (blocks an SM the tensor-core kernel's
+    // register cap is set for); indexer_mma 0|1 (0: the fast precision's indexer scores on CUDA
+    // cores in fp32); moe_staged 0|1 (the fast precision's grouped experts with weights staged
+    // through shared memory by cp.async, moe_staged.cu); indexer_sort 0|1 (0: long prefills' indexer picks by
     // repeated argmax instead of a sort); moe_grouped_mma 0|1 (0: experts grouped on the device on
     // CUDA cores with fp32 activations); moe_mma_steps_in_flight 1|4 (k steps of weights the
     // tensor-core expert kernels request before their products; 4 is not yet timed on a GPU); attention_decode_splits 1..32 (most
@@ -304,8 +325,10 @@ private:
     // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
-        bool attention_decode = true, attention_tiled = true, indexer_sort = true, moe_grouped_mma = true;
-        int attention_decode_splits = 16, moe_mma_steps_in_flight = 1;
+        // attention_mma, indexer_mma and moe_staged stay off until timed on a GPU.
+        bool attention_decode = true, attention_tiled = true, attention_mma = false, indexer_sort = true;
+        bool indexer_mma = false, moe_grouped_mma = true, moe_staged = false;
+        int attention_decode_splits = 16, moe_mma_steps_in_flight = 1, attention_mma_blocks = 2;
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;
         bool moe_shared_prefetch = false;
@@ -314,6 +337,8 @@ private:
     bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
     size_t tiled_attention_smem_ = 0;  // dynamic shared memory the tiled attention kernel may use
+    size_t mma_attention_smem_ = 0;    // and the tensor-core one
+    bool moe_staged_smem_set_ = false;  // the staged expert kernels may use their dynamic shared memory
     Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
     int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
     Tensor hc_site_words_;      // the mHC sites' tagged partial sums (mhc.cu), allocated at first use

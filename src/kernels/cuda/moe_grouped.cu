@@ -317,9 +317,14 @@ void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const 
         constexpr Launch kLaunch[3][2] = {{launch_moe_mma<1, 1>, launch_moe_mma<1, 4>},
                                           {launch_moe_mma<2, 1>, launch_moe_mma<2, 4>},
                                           {launch_moe_mma<3, 1>, launch_moe_mma<3, 4>}};
-        Launch launch = kLaunch[gemm_parts_ - 1][variants_.moe_mma_steps_in_flight == 4];
-        launch(stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts, static_cast<int>(top_k),
-               inter, limit, hb.data<__nv_bfloat16>(), pairs, weights.data<float>(), y.data<float>());
+        if (gemm_parts_ == 1 && variants_.moe_staged)
+            launch_moe_staged(xb.data<__nv_bfloat16>(), static_cast<int>(d), order, offsets, rows, experts,
+                              static_cast<int>(top_k), inter, limit, hb.data<__nv_bfloat16>(), weights.data<float>(),
+                              y.data<float>());
+        else
+            kLaunch[gemm_parts_ - 1][variants_.moe_mma_steps_in_flight == 4](
+                stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts,
+                static_cast<int>(top_k), inter, limit, hb.data<__nv_bfloat16>(), pairs, weights.data<float>(), y.data<float>());
         launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
                    static_cast<int>(top_k), d, out.data<float>());
         return;
