@@ -158,7 +158,8 @@ TEST_P(BackendOpsAttention, AttentionAllModes) {
 
 // The fast precision takes CUDA's large steps to tensor cores (attention_mma.cu: queries, keys
 // and weights rounded to bf16, fp32 sums): within bf16's rounding of the reference, and not the
-// default precision's bits (else the tensor-core kernel did not run). Heads per block are 32:
+// default precision's bits (else the tensor-core kernel did not run), at the models' logit
+// scale. Heads per block are 32:
 // V4-Flash's 64 x 512, one group of 32 over a short window (key lists ending inside a tile), 96
 // heads of 128.
 TEST_P(BackendOpsAttention, FastPrecisionAttention) {
@@ -174,6 +175,10 @@ TEST_P(BackendOpsAttention, FastPrecisionAttention) {
         Scenario sc = make_scenario(rng, cs.d, 4, 5, cs.shapes);
         EntryStore store = sc.store();
         AttentionArgs a = random_attention(rng, sc, store, cs.heads, cs.d, cs.window, cs.picks);
+        // Models scale logits by head_dim^-0.5. At 0.3 (above) the logits of 512-wide random rows
+        // spread so far that bf16's rounding of queries and keys (~2^-9 each) moves the softmax
+        // weights by a few percent; at the models' scale it moves them by well under 1%.
+        a.scale = 1.0f / std::sqrt(static_cast<float>(cs.d));
         auto attend = [&](Backend& b, MatmulPrecision precision) {
             b.set_matmul_precision(precision);
             b.set_variant("attention_mma", 1);  // the reference backend has no variants

@@ -104,7 +104,7 @@ protected:
         EngineConfig c = GetParam().config(prefix_cache);
         c.model.swa_replay_tokens = sliding_window_of(GetParam()) + 1 + replay_extra_;
         c.cache.max_sequences = 16;
-        c.model.precision = precision_;
+        if (!precision_.empty()) c.model.precision = precision_;
         c.model.quantize = quantize_;
         c.deterministic = deterministic;
         return c;
@@ -180,7 +180,7 @@ protected:
 
     int max_others() const { return GetParam().name == "nano" ? 16 : 64; }
 
-    std::string precision_, quantize_;  // the engine's numerics (default: the model's own)
+    std::string precision_, quantize_;  // the engine's numerics (default: the fixture config's, exact)
     int replay_extra_ = 0;              // replayed positions beyond window + 1 (room for a rollback)
     uint32_t seed_ = 0;
     std::mt19937 rng_;

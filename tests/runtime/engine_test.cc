@@ -63,6 +63,7 @@ protected:
         c.model.path = *dir_;
         c.model.threads = 2;
         c.model.device = test::device();
+        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
         c.cache.memory_bytes = memory;
         c.cache.max_sequences = seqs;
         c.cache.block_size = 4;
@@ -150,6 +151,7 @@ TEST(EngineV41, BatchedGreedyEqualsAloneAndFullRecompute) {
         c.model.path = dir;
         c.model.threads = 2;
         c.model.device = test::device();
+        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
         c.cache.memory_bytes = 64 << 20;
         c.cache.max_sequences = 16;
         c.cache.block_size = 4;
@@ -167,6 +169,7 @@ TEST(EngineHfGreedy, BatchedGenerationEqualsHfFullForwardRecompute) {
         c.model.path = test::make_model_dir(std::string("v4/") + fixture, vocab);
         c.model.threads = 2;
         c.model.device = test::device();
+        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
         c.cache.memory_bytes = 16 << 20;
         c.scheduler.max_batch_tokens = 24;
         auto e = Engine::create(c);
@@ -295,6 +298,7 @@ TEST_F(EngineTest, ManyConcurrentRequestsWithCancellations) {
     c.model.path = *dir_;
     c.model.threads = 2;
     c.model.device = test::device();
+    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
     c.cache.memory_bytes = 1 << 20;
     c.cache.max_sequences = 12;
     c.cache.block_size = 1;  // block tables grow every few tokens while steps are in flight
@@ -332,6 +336,7 @@ TEST(EngineTrace, SpansAccountForEveryStepAndToken) {
     c.model.path = dir;
     c.model.threads = 2;
     c.model.device = test::device();
+    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
     c.cache.memory_bytes = 64 << 20;
     c.scheduler.max_batch_tokens = 16;
     c.trace_path = path;

@@ -97,7 +97,7 @@ TEST_P(PrefixCacheExact, DiskHitAfterRestart) {
     EXPECT_GT(tier(got.stats.back(), "disk").hit_tokens, 0);
 }
 
-// Entries computed with other numerics (8-bit weights on the CPU, the exact precision on CUDA:
+// Entries computed with other numerics (8-bit weights on the CPU, the fast precision on CUDA:
 // the same cache layout, other numbers) are another namespace: an engine that computes as the
 // reference does misses them and still answers as without the cache.
 TEST(PrefixCacheNamespace, EntriesOfOtherNumericsAreNotUsed) {
@@ -107,7 +107,7 @@ TEST(PrefixCacheNamespace, EntriesOfOtherNumericsAreNotUsed) {
     if (device() == "cpu")
         other.model.quantize = "q8";
     else
-        other.model.precision = "exact";  // CUDA's default is fast
+        other.model.precision = "fast";  // the engines under test run exact
     Outputs got = t.conv.run_across_restart(other, t.config);
     EXPECT_GT(tier(got.stats.front(), "disk").writes, 0) << "the first engine wrote nothing to the disk";
     EXPECT_EQ(tier(got.stats.back(), "disk").hit_tokens, 0);

@@ -59,6 +59,7 @@ EngineConfig engine_config(const Model& m) {
     c.model.path = m.dir;
     c.model.threads = 2;
     c.model.device = device();
+    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
     c.cache.block_size = m.block_size;
     c.deterministic = device() != "cpu";  // the same logits whatever the batch: CUDA needs the mode
     return c;

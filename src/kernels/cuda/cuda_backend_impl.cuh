@@ -313,7 +313,7 @@ private:
     // through shared memory by cp.async, moe_staged.cu); indexer_sort 0|1 (0: long prefills' indexer picks by
     // repeated argmax instead of a sort); moe_grouped_mma 0|1 (0: experts grouped on the device on
     // CUDA cores with fp32 activations); moe_mma_steps_in_flight 1|4 (k steps of weights the
-    // tensor-core expert kernels request before their products; 4 is not yet timed on a GPU); attention_decode_splits 1..32 (most
+    // tensor-core expert kernels request before their products); attention_decode_splits 1..32 (most
     // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
     // hc_site_tagged 0|1 (the site's blocks exchange sums as tagged words, 0: behind a barrier);
     // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
@@ -325,10 +325,9 @@ private:
     // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
     struct KernelVariants {
         int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
-        // attention_mma, indexer_mma and moe_staged stay off until timed on a GPU.
-        bool attention_decode = true, attention_tiled = true, attention_mma = false, indexer_sort = true;
-        bool indexer_mma = false, moe_grouped_mma = true, moe_staged = false;
-        int attention_decode_splits = 16, moe_mma_steps_in_flight = 1, attention_mma_blocks = 2;
+        bool attention_decode = true, attention_tiled = true, attention_mma = true, indexer_sort = true;
+        bool indexer_mma = true, moe_grouped_mma = true, moe_staged = true;
+        int attention_decode_splits = 16, moe_mma_steps_in_flight = 4, attention_mma_blocks = 2;
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;
         bool moe_shared_prefetch = false;
