@@ -321,15 +321,18 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
 }
 
 // The fast precision's routed experts (one bf16 part per activation) on the GPU's grouped paths:
-// the tensor-core kernels with weights staged through shared memory or, with moe_staged=0,
-// streamed from memory (one or two passes of up to 64 pairs, row blocks and k chunks cut short), within
-// bf16's rounding of the fp32 reference.
+// the tensor-core kernels with weights staged through shared memory (passes of 64 pairs, or of
+// 128 when experts average more than 64; row blocks and k chunks cut short) or, with
+// moe_staged=0, streamed from memory; 3,000 pairs take the GEMMs, or with moe_staged_max_pairs=8192
+// the staged kernels (four passes an expert). Within bf16's rounding of the fp32 reference.
 TEST_P(BackendOps, FastPrecisionExperts) {
     if (on_host()) GTEST_SKIP() << "covered by the CPU's fused-op tests";
     cpu->set_matmul_precision(MatmulPrecision::kBf16);
-    for (const VariantSet& set : {VariantSet{}, VariantSet{{"moe_staged", 0}}}) {
+    for (const VariantSet& set :
+         {VariantSet{}, VariantSet{{"moe_staged", 0}}, VariantSet{{"moe_staged_max_pairs", 8192}}}) {
         if (!apply_variants(*cpu, set)) continue;
-        for (auto [n, d, inter] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 16}, {300, 256, 136}, {200, 520, 72}}) {
+        for (auto [n, d, inter] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 16}, {300, 256, 136}, {200, 520, 72},
+                                   {1500, 64, 24}}) {
             SCOPED_TRACE(variant_label(set) + " n " + std::to_string(n) + " d " + std::to_string(d));
             int64_t experts = 6, k = 2;
             Tensor ids = Tensor::empty(DType::kI32, {n, k}), w = random_f32({n, k}, rng);

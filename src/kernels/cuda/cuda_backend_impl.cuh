@@ -242,7 +242,8 @@ private:
     // weights staged through shared memory (variant moe_staged); xb: [pairs' tokens, d] bf16,
     // hb: [pairs, inter] bf16 scratch, y: [pairs, d] weighted per pair.
     void launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets, const ExpertRows* rows,
-                           int experts, int top_k, int inter, float limit, __nv_bfloat16* hb, const float* weights, float* y);
+                           int experts, int pairs, int top_k, int inter, float limit, __nv_bfloat16* hb,
+                           const float* weights, float* y);
     // attention_decode.cu; false when the step does not fit it (head_dim not a multiple of 4 or
     // above 512, more (token, head group) pairs than SMs).
     bool launch_attention_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
@@ -310,7 +311,8 @@ private:
     // on the fp32 tiled kernel); attention_mma_blocks 1|2 (blocks an SM the tensor-core kernel's
     // register cap is set for); indexer_mma 0|1 (0: the fast precision's indexer scores on CUDA
     // cores in fp32); moe_staged 0|1 (the fast precision's grouped experts with weights staged
-    // through shared memory by cp.async, moe_staged.cu); indexer_sort 0|1 (0: long prefills' indexer picks by
+    // through shared memory by cp.async, moe_staged.cu); moe_staged_max_pairs 1024..16384 (the most
+    // (token, slot) pairs those kernels take; more: grouped cuBLAS GEMMs); indexer_sort 0|1 (0: long prefills' indexer picks by
     // repeated argmax instead of a sort); moe_grouped_mma 0|1 (0: experts grouped on the device on
     // CUDA cores with fp32 activations); moe_mma_steps_in_flight 1|4 (k steps of weights the
     // tensor-core expert kernels request before their products); attention_decode_splits 1..32 (most
@@ -328,6 +330,7 @@ private:
         bool attention_decode = true, attention_tiled = true, attention_mma = true, indexer_sort = true;
         bool indexer_mma = true, moe_grouped_mma = true, moe_staged = true;
         int attention_decode_splits = 16, moe_mma_steps_in_flight = 4, attention_mma_blocks = 2;
+        int moe_staged_max_pairs = 1024;
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;
         bool moe_shared_prefetch = false;
@@ -337,7 +340,7 @@ private:
     Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
     size_t tiled_attention_smem_ = 0;  // dynamic shared memory the tiled attention kernel may use
     size_t mma_attention_smem_ = 0;    // and the tensor-core one
-    bool moe_staged_smem_set_ = false;  // the staged expert kernels may use their dynamic shared memory
+    bool moe_staged_smem_set_[2] = {};  // the staged expert kernels (64 / 128 pairs a pass) may use their shared memory
     Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
     int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
     Tensor hc_site_words_;      // the mHC sites' tagged partial sums (mhc.cu), allocated at first use

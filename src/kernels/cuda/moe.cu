@@ -191,12 +191,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
     if (n == 0) return;
     // Up to kMaxPerPairs (token, slot) pairs each pair reads its expert's rows (fewest launches;
-    // few experts are shared); up to kMaxGroupedPairs pairs are grouped by expert on the device.
+    // few experts are shared); up to max_grouped pairs are grouped by expert on the device.
     // Longer steps (prefill) and rows that are not whole 16-byte loads copy the routing to the host
     // and run grouped tensor-core GEMMs (moe_gemm.cu); weights that are not bf16 loop over experts.
     // Measured on an H200 (docs/benchmarks.md): 48 pairs 1.6 ms per-pair vs 5.7 ms grouped per
     // step; 384 pairs 12.8 ms grouped vs 36 ms per-expert GEMMs; 6,144 pairs GEMMs win.
-    constexpr int64_t kMaxGroupedPairs = 1024;
+    // The staged kernels of the fast precision stay ahead of the GEMMs longer (variant
+    // moe_staged_max_pairs: short prefills too, without the host round trip).
+    int64_t max_grouped = gemm_parts_ == 1 && variants_.moe_staged ? variants_.moe_staged_max_pairs : 1024;
     int64_t pairs = n * top_k;
     if (invariant_ && all_bf16(experts)) {  // other weights: the per-expert loop below is invariant too
         moe_experts_invariant(x, ids, weights, experts, limit, out);
@@ -204,7 +206,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     }
     bool vector_rows = d % 8 == 0 && experts[0].w1.dim(0) % 8 == 0;
     const ExpertRows* rows_dev =
-        vector_rows && pairs <= kMaxGroupedPairs && top_k < kMaxDownSlots ? expert_rows(experts) : nullptr;
+        vector_rows && pairs <= max_grouped && top_k < kMaxDownSlots ? expert_rows(experts) : nullptr;
     int inter = static_cast<int>(experts[0].w1.dim(0));
     if (rows_dev != nullptr && pairs > kMaxPerPairs) {
         moe_experts_grouped(x, ids, weights, rows_dev, static_cast<int>(experts.size()), inter, limit, out);

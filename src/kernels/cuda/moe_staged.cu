@@ -3,11 +3,12 @@
 // weight fragments straight from memory, a 64-byte run per row per step, which leaves the memory
 // system short of requests at decode batch sizes. Here a block of 8 warps owns 128 weight rows of
 // one expert (up: 64 rows of w1 and the same 64 of w3; down: 128 rows of w2) and copies k chunks
-// of kChunk columns of them, with the chunk's activations of up to 64 of the expert's pairs, into
+// of kChunk columns of them, with the chunk's activations of up to 8 T of the expert's pairs, into
 // a ring of kStages shared-memory stages with cp.async (each row's chunk one coalesced 128-byte
 // run), kStages - 1 chunks ahead of the products. A warp then takes its 16 rows of the stage as
 // mma.m16n8k16 A fragments (ldmatrix) against the pairs' B fragments, fp32 accumulation. More
-// than 64 pairs: another pass over k.
+// than 8 T pairs: another pass over k. T (pair tiles per pass) is 8 or, for steps averaging more
+// than 64 pairs an expert (short prefills), 16: fewer passes, so fewer reads of the weights.
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -16,13 +17,14 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 16 * kWarps;    // weight rows per block
-constexpr int kPairs = 64;            // pairs per pass: eight n8 tiles
 constexpr int kChunk = 64;            // k columns per stage: four k16 steps
 constexpr int kStages = 3;
 constexpr int kLd = kChunk + 8;       // bf16 row stride: ldmatrix's 8 rows fall in distinct banks
 constexpr int kPieces = kChunk / 8;   // 16-byte copies per row and chunk
-constexpr size_t kStageElems = static_cast<size_t>(kRows + kPairs) * kLd;
-constexpr size_t kSmemBytes = kStages * kStageElems * sizeof(__nv_bfloat16);
+template <int T>
+constexpr size_t kStageElems = static_cast<size_t>(kRows + 8 * T) * kLd;
+template <int T>
+constexpr size_t kSmemBytes = kStages * kStageElems<T> * sizeof(__nv_bfloat16);
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
@@ -61,27 +63,29 @@ __device__ void load_chunk(const PassRows& pr, int c, int tiles, __nv_bfloat16* 
 }
 
 // acc[j] (the warp's 16 rows x pairs 8j..8j+7) += the pass's products over all of k.
-__device__ void stream_products(const PassRows& pr, int tiles, __nv_bfloat16* smem, float (&acc)[kPairs / 8][4]) {
+template <int T>
+__device__ void stream_products(const PassRows& pr, int tiles, __nv_bfloat16* smem, float (&acc)[T][4]) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int chunks = (pr.k + kChunk - 1) / kChunk;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < chunks) load_chunk(pr, s, tiles, smem + s * kStageElems);
+        if (s < chunks) load_chunk(pr, s, tiles, smem + s * kStageElems<T>);
         cp_async_commit();  // empty groups keep the count uniform
     }
     for (int c = 0; c < chunks; ++c) {
         cp_async_wait<kStages - 2>();
         __syncthreads();  // chunk c has landed for every thread; chunk c - 1's stage is free
-        if (c + kStages - 1 < chunks) load_chunk(pr, c + kStages - 1, tiles, smem + ((c + kStages - 1) % kStages) * kStageElems);
+        if (c + kStages - 1 < chunks)
+            load_chunk(pr, c + kStages - 1, tiles, smem + ((c + kStages - 1) % kStages) * kStageElems<T>);
         cp_async_commit();
-        const __nv_bfloat16* w = smem + (c % kStages) * kStageElems;
+        const __nv_bfloat16* w = smem + (c % kStages) * kStageElems<T>;
         const __nv_bfloat16* x = w + kRows * kLd;
 #pragma unroll
         for (int ks = 0; ks < kChunk / 16; ++ks) {
             uint32_t a[4];
             ldmatrix_x4(a, w + (16 * warp + lane % 16) * kLd + 16 * ks + 8 * (lane / 16));
 #pragma unroll
-            for (int j = 0; j < kPairs / 8; j += 2) {  // (tile j, k 0-7), (j, 8-15), (j + 1, 0-7), (j + 1, 8-15)
+            for (int j = 0; j < T; j += 2) {  // (tile j, k 0-7), (j, 8-15), (j + 1, 0-7), (j + 1, 8-15)
                 if (j >= tiles) break;
                 uint32_t b[4];
                 ldmatrix_x4(b, x + (8 * (j + lane / 16) + lane % 8) * kLd + 16 * ks + 8 * ((lane / 8) % 2));
@@ -95,6 +99,7 @@ __device__ void stream_products(const PassRows& pr, int tiles, __nv_bfloat16* sm
 }
 
 // h[pair] = silu(min(w1 · x, limit)) * clamp(w3 · x, ±limit) as bf16, for the block's 64 rows.
+template <int T>
 __global__ void __launch_bounds__(kThreads) moe_up_staged_kernel(const __nv_bfloat16* xb, int d, const int* order,
                                                                  const int* offsets, const ExpertRows* ex, int top_k,
                                                                  int inter, float limit, __nv_bfloat16* hb) {
@@ -104,16 +109,16 @@ __global__ void __launch_bounds__(kThreads) moe_up_staged_kernel(const __nv_bflo
     int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * (kRows / 2);
     if (begin == end) return;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    auto* gu = reinterpret_cast<float (*)[kRows / 2][kPairs + 1]>(smem4);  // after the products: [2][64][65]
-    for (int p0 = begin; p0 < end; p0 += kPairs) {
-        int count = min(kPairs, end - p0), tiles = (count + 7) / 8;
+    auto* gu = reinterpret_cast<float (*)[kRows / 2][8 * T + 1]>(smem4);  // after the products: [2][64][8 T + 1]
+    for (int p0 = begin; p0 < end; p0 += 8 * T) {
+        int count = min(8 * T, end - p0), tiles = (count + 7) / 8;
         tiles += tiles % 2;  // tiles go in pairs
         PassRows pr{ex[e].w1, ex[e].w3, inter, r0, kRows / 2, xb, order, p0, count, top_k, d};
-        float acc[kPairs / 8][4] = {};
-        stream_products(pr, tiles, smem, acc);
+        float acc[T][4] = {};
+        stream_products<T>(pr, tiles, smem, acc);
         int which = warp / 4, wr = (warp % 4) * 16;
 #pragma unroll
-        for (int j = 0; j < kPairs / 8; ++j)  // constant indices keep acc in registers
+        for (int j = 0; j < T; ++j)  // constant indices keep acc in registers
 #pragma unroll
             for (int i = 0; i < 4; ++i)
                 if (j < tiles) gu[which][wr + g + 8 * (i / 2)][8 * j + 2 * t + i % 2] = acc[j][i];
@@ -129,6 +134,7 @@ __global__ void __launch_bounds__(kThreads) moe_up_staged_kernel(const __nv_bflo
 }
 
 // y[pair, r] = weight[pair] * w2_r · h[pair] for the block's 128 rows.
+template <int T>
 __global__ void __launch_bounds__(kThreads) moe_down_staged_kernel(const __nv_bfloat16* hb, const int* order,
                                                                    const int* offsets, const ExpertRows* ex,
                                                                    const float* weights, int d, int inter, float* y) {
@@ -138,14 +144,14 @@ __global__ void __launch_bounds__(kThreads) moe_down_staged_kernel(const __nv_bf
     int e = blockIdx.x, begin = offsets[e], end = offsets[e + 1], r0 = blockIdx.y * kRows;
     if (begin == end) return;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    for (int p0 = begin; p0 < end; p0 += kPairs) {
-        int count = min(kPairs, end - p0), tiles = (count + 7) / 8;
+    for (int p0 = begin; p0 < end; p0 += 8 * T) {
+        int count = min(8 * T, end - p0), tiles = (count + 7) / 8;
         tiles += tiles % 2;
         PassRows pr{ex[e].w2, ex[e].w2, d, r0, kRows, hb, order, p0, count, 1, inter};
-        float acc[kPairs / 8][4] = {};
-        stream_products(pr, tiles, smem, acc);
+        float acc[T][4] = {};
+        stream_products<T>(pr, tiles, smem, acc);
 #pragma unroll
-        for (int j = 0; j < kPairs / 8; ++j)
+        for (int j = 0; j < T; ++j)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 int pt = 8 * j + 2 * t + i % 2, r = r0 + 16 * warp + g + 8 * (i / 2);
@@ -156,20 +162,30 @@ __global__ void __launch_bounds__(kThreads) moe_down_staged_kernel(const __nv_bf
     }
 }
 
+// smem_set: whether this backend (its device) has allowed the kernels their shared memory yet.
+template <int T>
+void launch_staged(bool& smem_set, cudaStream_t stream, const __nv_bfloat16* xb, int d, const int* order, const int* offsets,
+                   const ExpertRows* rows, int experts, int top_k, int inter, float limit, __nv_bfloat16* hb,
+                   const float* weights, float* y) {
+    if (!smem_set) {
+        for (auto kernel : {reinterpret_cast<const void*>(moe_up_staged_kernel<T>), reinterpret_cast<const void*>(moe_down_staged_kernel<T>)})
+            DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes<T>)));
+        smem_set = true;
+    }
+    launch_pdl(moe_up_staged_kernel<T>, dim3(experts, blocks_for(inter, kRows / 2)), kThreads, kSmemBytes<T>, stream, xb, d,
+               order, offsets, rows, top_k, inter, limit, hb);
+    launch_pdl(moe_down_staged_kernel<T>, dim3(experts, blocks_for(d, kRows)), kThreads, kSmemBytes<T>, stream, hb, order,
+               offsets, rows, weights, d, inter, y);
+}
+
 }  // namespace
 
 void CudaBackend::launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets,
-                                    const ExpertRows* rows, int experts, int top_k, int inter, float limit,
+                                    const ExpertRows* rows, int experts, int pairs, int top_k, int inter, float limit,
                                     __nv_bfloat16* hb, const float* weights, float* y) {
-    if (!moe_staged_smem_set_) {
-        for (auto kernel : {reinterpret_cast<const void*>(moe_up_staged_kernel), reinterpret_cast<const void*>(moe_down_staged_kernel)})
-            DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
-        moe_staged_smem_set_ = true;
-    }
-    launch_pdl(moe_up_staged_kernel, dim3(experts, blocks_for(inter, kRows / 2)), kThreads, kSmemBytes, stream(), xb, d, order,
-               offsets, rows, top_k, inter, limit, hb);
-    launch_pdl(moe_down_staged_kernel, dim3(experts, blocks_for(d, kRows)), kThreads, kSmemBytes, stream(), hb, order, offsets,
-               rows, weights, d, inter, y);
+    bool wide = pairs > 64 * experts;
+    auto launch = wide ? launch_staged<16> : launch_staged<8>;
+    launch(moe_staged_smem_set_[wide], stream(), xb, d, order, offsets, rows, experts, top_k, inter, limit, hb, weights, y);
 }
 
 }  // namespace deepinfer::kernels::cuda
