@@ -321,15 +321,16 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
 }
 
 // The fast precision's routed experts (one bf16 part per activation) on the GPU's grouped paths:
-// the tensor-core kernels with weights staged through shared memory (passes of 64 pairs, or of
-// 128 when experts average more than 64; row blocks and k chunks cut short) or, with
+// the tensor-core kernels with weights staged through shared memory (passes of 64 pairs, or with
+// moe_staged_wide=1 of 128 when experts average more than 64; row blocks and k chunks cut short) or, with
 // moe_staged=0, streamed from memory; 3,000 pairs take the GEMMs, or with moe_staged_max_pairs=8192
 // the staged kernels (four passes an expert). Within bf16's rounding of the fp32 reference.
 TEST_P(BackendOps, FastPrecisionExperts) {
     if (on_host()) GTEST_SKIP() << "covered by the CPU's fused-op tests";
     cpu->set_matmul_precision(MatmulPrecision::kBf16);
     for (const VariantSet& set :
-         {VariantSet{}, VariantSet{{"moe_staged", 0}}, VariantSet{{"moe_staged_max_pairs", 8192}}}) {
+         {VariantSet{}, VariantSet{{"moe_staged", 0}}, VariantSet{{"moe_staged_wide", 1}},
+          VariantSet{{"moe_staged_max_pairs", 8192}, {"moe_staged_wide", 1}}}) {
         if (!apply_variants(*cpu, set)) continue;
         for (auto [n, d, inter] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 16}, {300, 256, 136}, {200, 520, 72},
                                    {1500, 64, 24}}) {

@@ -523,6 +523,7 @@ bool CudaBackend::set_variant(const std::string& name, int value) {
     else if (name == "indexer_mma" && flag) v.indexer_mma = value == 1;
     else if (name == "moe_staged" && flag) v.moe_staged = value == 1;
     else if (name == "moe_staged_max_pairs" && value >= 1024 && value <= 16384) v.moe_staged_max_pairs = value;
+    else if (name == "moe_staged_wide" && flag) v.moe_staged_wide = value == 1;
     else if (name == "moe_grouped_mma" && flag) v.moe_grouped_mma = value == 1;
     else if (name == "moe_mma_steps_in_flight" && (value == 1 || value == 4)) v.moe_mma_steps_in_flight = value;
     else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;

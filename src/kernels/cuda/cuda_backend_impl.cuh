@@ -312,7 +312,8 @@ private:
     // register cap is set for); indexer_mma 0|1 (0: the fast precision's indexer scores on CUDA
     // cores in fp32); moe_staged 0|1 (the fast precision's grouped experts with weights staged
     // through shared memory by cp.async, moe_staged.cu); moe_staged_max_pairs 1024..16384 (the most
-    // (token, slot) pairs those kernels take; more: grouped cuBLAS GEMMs); indexer_sort 0|1 (0: long prefills' indexer picks by
+    // (token, slot) pairs those kernels take; more: grouped cuBLAS GEMMs); moe_staged_wide 0|1
+    // (passes of 128 pairs where experts average more than 64); indexer_sort 0|1 (0: long prefills' indexer picks by
     // repeated argmax instead of a sort); moe_grouped_mma 0|1 (0: experts grouped on the device on
     // CUDA cores with fp32 activations); moe_mma_steps_in_flight 1|4 (k steps of weights the
     // tensor-core expert kernels request before their products); attention_decode_splits 1..32 (most
@@ -331,6 +332,7 @@ private:
         bool indexer_mma = true, moe_grouped_mma = true, moe_staged = true;
         int attention_decode_splits = 16, moe_mma_steps_in_flight = 4, attention_mma_blocks = 2;
         int moe_staged_max_pairs = 1024;
+        bool moe_staged_wide = false;  // not yet run on a GPU
         bool hc_site = true, hc_site_tagged = true;
         int moe_up_unroll = 8, moe_down_unroll = 8;
         bool moe_shared_prefetch = false;

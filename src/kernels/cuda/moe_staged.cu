@@ -7,8 +7,9 @@
 // a ring of kStages shared-memory stages with cp.async (each row's chunk one coalesced 128-byte
 // run), kStages - 1 chunks ahead of the products. A warp then takes its 16 rows of the stage as
 // mma.m16n8k16 A fragments (ldmatrix) against the pairs' B fragments, fp32 accumulation. More
-// than 8 T pairs: another pass over k. T (pair tiles per pass) is 8 or, for steps averaging more
-// than 64 pairs an expert (short prefills), 16: fewer passes, so fewer reads of the weights.
+// than 8 T pairs: another pass over k. T (pair tiles per pass) is 8 or, with variant
+// moe_staged_wide and steps averaging more than 64 pairs an expert (short prefills), 16: fewer
+// passes, so fewer reads of the weights.
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -183,7 +184,7 @@ void launch_staged(bool& smem_set, cudaStream_t stream, const __nv_bfloat16* xb,
 void CudaBackend::launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets,
                                     const ExpertRows* rows, int experts, int pairs, int top_k, int inter, float limit,
                                     __nv_bfloat16* hb, const float* weights, float* y) {
-    bool wide = pairs > 64 * experts;
+    bool wide = variants_.moe_staged_wide && pairs > 64 * experts;
     auto launch = wide ? launch_staged<16> : launch_staged<8>;
     launch(moe_staged_smem_set_[wide], stream(), xb, d, order, offsets, rows, experts, top_k, inter, limit, hb, weights, y);
 }
