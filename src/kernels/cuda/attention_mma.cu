@@ -150,7 +150,8 @@ __device__ void store_output(const AttnParams& p, const MmaSmem& sm, int row, in
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float* out = p.out + (static_cast<long long>(row) * p.heads + head0 + 16 * mt + g + 8 * half) * p.d;
-            *reinterpret_cast<float2*>(out + c0 + 8 * j + 2 * t) = float2{acc[j][2 * half] * f[half], acc[j][2 * half + 1] * f[half]};
+            float2 v{acc[j][2 * half] * f[half], acc[j][2 * half + 1] * f[half]};
+            *reinterpret_cast<float2*>(out + c0 + 8 * j + 2 * t) = v;
         }
     }
 }

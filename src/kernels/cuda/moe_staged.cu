@@ -169,8 +169,9 @@ void launch_staged(bool& smem_set, cudaStream_t stream, const __nv_bfloat16* xb,
                    const ExpertRows* rows, int experts, int top_k, int inter, float limit, __nv_bfloat16* hb,
                    const float* weights, float* y) {
     if (!smem_set) {
-        for (auto kernel : {reinterpret_cast<const void*>(moe_up_staged_kernel<T>), reinterpret_cast<const void*>(moe_down_staged_kernel<T>)})
-            DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes<T>)));
+        int bytes = static_cast<int>(kSmemBytes<T>);
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_up_staged_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_down_staged_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         smem_set = true;
     }
     launch_pdl(moe_up_staged_kernel<T>, dim3(experts, blocks_for(inter, kRows / 2)), kThreads, kSmemBytes<T>, stream, xb, d,
