@@ -146,7 +146,8 @@ std::string precision_name(Precision p) {
 }
 
 DType kv_cache_dtype(Precision p, const kernels::Backend& backend) {
-    return resolve_precision(p, backend.device()) == Precision::kFast && backend.reads_bf16_cache() ? DType::kBF16 : DType::kF32;
+    bool fast = resolve_precision(p, backend.device()) == Precision::kFast;
+    return fast && backend.reads_bf16_cache() ? DType::kBF16 : DType::kF32;
 }
 
 kernels::MatmulPrecision matmul_precision(Precision p, kernels::MatmulPrecision automatic) {

@@ -162,7 +162,8 @@ void EngineImpl::start_prefix_cache() {
              "rollback depth ({}): use --swa-replay-tokens >= {} (or turn prefix caching off)",
              mc.swa_replay_tokens, window, mc.rollback_tokens, window + mc.rollback_tokens);
     // The resolved precision: "auto" and the precision it stands for on this device compute the same.
-    std::string precision = model::precision_name(model::resolve_precision(model::parse_precision(mc.precision), backend_->device()));
+    model::Precision resolved = model::resolve_precision(model::parse_precision(mc.precision), backend_->device());
+    std::string precision = model::precision_name(resolved);
     uint64_t space = prefix_namespace(mc.path, backend_->name(), blocks->prefix_geometry(),
                                       "quantize=" + mc.quantize + "|precision=" + precision);
     prefix_cache_ = std::make_unique<PrefixCache>(pc, PrefixReplay{mc.swa_replay_tokens, model_->exact_replay_tokens()},

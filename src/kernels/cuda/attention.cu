@@ -20,17 +20,10 @@ constexpr int kKeysPerStep = 4;
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
 
 // Block (row, head)'s attention output.
-__device__ void attend(const AttnParams& p, int row, int h, int si) {
-    const DeviceSeq s = p.seqs[si];
-    long long pos = s.start_pos + (row - s.token_begin);
-    long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
-    // Keys: the window, then compressed entries; for kSelected only the valid (>= 0) picks, which
-    // the indexer packs first.
-    int num_comp = 0;
-    if (p.mode == 1) num_comp = static_cast<int>((pos + 1) / p.rate);
-    if (p.mode == 2) num_comp = attn::count_picks(p, row);
-    if (p.mode == attn::kBlockMode) num_window = s.start_pos - s.window_from, num_comp = s.num_tokens;
-    int total = static_cast<int>(num_window) + num_comp;
+// Keys: the window, then compressed entries; for kSelected only the valid (>= 0) picks, which the
+// indexer packs first (attn::token_keys).
+__device__ void attend(const AttnParams& p, int row, int h, const attn::TokenKeys& tk) {
+    int total = tk.total;
 
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float* q = p.q + (static_cast<long long>(row) * p.heads + h) * p.d;
@@ -46,7 +39,7 @@ __device__ void attend(const AttnParams& p, int row, int h, int si) {
         const float* k[kKeysPerStep];
         float logit[kKeysPerStep];
         for (int u = 0; u < kKeysPerStep; ++u) {
-            k[u] = i0 + u < total ? attn::key_ptr(p, s, pos, i0 + u, num_window) : nullptr;
+            k[u] = i0 + u < total ? attn::key_of(p, tk, i0 + u) : nullptr;
             float dot = 0;
             if (k[u] != nullptr)
 #pragma unroll
@@ -99,8 +92,8 @@ __device__ void attend(const AttnParams& p, int row, int h, int si) {
 __global__ void attention_kernel(AttnParams p) {
     pdl_prologue();
     int row = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
-    int si = attn::seq_of(p.seqs, p.num_seqs, row);
-    if (si >= 0) attend(p, row, h, si);
+    attn::TokenKeys tk;
+    if (attn::token_keys(p, row, tk)) attend(p, row, h, tk);
 }
 
 __global__ void ring_write_kernel(const DeviceSeq* seqs, int num_seqs, const float* kv, float* ring, int slots, int d) {
@@ -147,7 +140,8 @@ bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const Attenti
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));
-    if (!launch_attention_mma(p, n) && !launch_attention_tiled(p, n)) launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
+    if (!launch_attention_mma(p, n) && !launch_attention_tiled(p, n))
+        launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
     return positions == nullptr;
 }
 

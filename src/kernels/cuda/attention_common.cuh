@@ -82,8 +82,7 @@ __device__ inline const float* key_ptr(const AttnParams& p, const DeviceSeq& s, 
     }
     int e = i - static_cast<int>(num_window);
     if (p.mode == 2) e = p.selected[(static_cast<long long>(s.token_begin) + pos - s.start_pos) * p.top_k + e];
-    const int* table = p.tables + s.table_offset;
-    return p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.d;
+    return paged_row(p.pool, p.tables + s.table_offset, p.block, e, p.d);
 }
 
 // Valid picks of the indexer for `row` (packed first), counted by the whole block (every
@@ -97,8 +96,8 @@ __device__ inline int count_picks(const AttnParams& p, int row) {
     return count;
 }
 
-// A token's key list in the large-step kernels (attention_tiled.cu, attention_mma.cu): its
-// sequence slice, position, window keys and total keys (window, then compressed entries).
+// A token's key list: its sequence slice, position, window keys and total keys (window, then
+// compressed entries; for a DSpark block the context, then the block).
 struct TokenKeys {
     DeviceSeq s;
     long long pos, num_window;
@@ -114,8 +113,14 @@ __device__ inline bool token_keys(const AttnParams& p, int row, TokenKeys& k) {
     k.pos = k.s.start_pos + (row - k.s.token_begin);
     k.num_window = max(0LL, min(static_cast<long long>(p.window), k.pos + 1 - k.s.window_from));
     int num_comp = p.mode == 1 ? static_cast<int>((k.pos + 1) / p.rate) : p.mode == 2 ? count_picks(p, row) : 0;
+    if (p.mode == kBlockMode) k.num_window = k.s.start_pos - k.s.window_from, num_comp = k.s.num_tokens;
     k.total = static_cast<int>(k.num_window) + num_comp;
     return true;
+}
+
+// Key i of the token's list.
+__device__ inline const float* key_of(const AttnParams& p, const TokenKeys& k, int i) {
+    return key_ptr(p, k.s, k.pos, i, k.num_window);
 }
 
 // Row `row`'s kv into its sequence's ring (only the last `slots` new tokens of a sequence: the

@@ -143,25 +143,20 @@ __global__ void __launch_bounds__(kHeads * 32) attention_decode_kernel(AttnParam
     pdl_prologue();
     int row = blockIdx.x / p.groups, h = (blockIdx.x % p.groups) * kHeads + threadIdx.x / 32, lane = threadIdx.x % 32;
     bool head = h < p.heads;
-    int si = attn::seq_of(p.seqs, p.num_seqs, row);  // uniform over the block
     Share sh;
-    if (si >= 0) {
-        const DeviceSeq s = p.seqs[si];
-        long long pos = s.start_pos + (row - s.token_begin);
-        long long num_window = max(0LL, min(static_cast<long long>(p.window), pos + 1 - s.window_from));
-        int num_comp = p.mode == 1 ? static_cast<int>((pos + 1) / p.rate) : p.mode == 2 ? attn::count_picks(p, row) : 0;
-        int total = static_cast<int>(num_window) + num_comp;
-        int share = (total + p.splits - 1) / p.splits, first = blockIdx.y * share, last = min(total, first + share);
+    attn::TokenKeys tk;
+    if (attn::token_keys(p, row, tk)) {  // uniform over the block
+        int share = (tk.total + p.splits - 1) / p.splits, first = blockIdx.y * share, last = min(tk.total, first + share);
         Row q = {};
         if (head) {
             load_row(p.q + (static_cast<long long>(row) * p.heads + h) * p.d, p.d, lane, q);
-            prepare_query(p, pos, lane, q);
+            prepare_query(p, tk.pos, lane, q);
         }
         __shared__ const float* keys[kChunk];
         for (int c0 = first; c0 < last; c0 += kChunk) {
             int count = min(kChunk, last - c0);
             __syncthreads();  // the previous chunk's addresses are used up
-            for (int t = threadIdx.x; t < count; t += blockDim.x) keys[t] = attn::key_ptr(p, s, pos, c0 + t, num_window);
+            for (int t = threadIdx.x; t < count; t += blockDim.x) keys[t] = attn::key_of(p, tk, c0 + t);
             __syncthreads();
             if (head) walk_keys(p, q, keys, count, lane, sh);
         }

@@ -51,11 +51,11 @@ struct MmaSmem {
 
 // Keys [i0, i0 + count) of the token's key list as bf16 rows; rows past `count` are zeros (their
 // weights are zero, and a zero weight times stale data could still be NaN).
-__device__ void stage_keys_bf16(const AttnParams& p, const DeviceSeq& s, long long pos, long long num_window, int i0,
-                                int count, __nv_bfloat16* keys, int ld) {
+__device__ void stage_keys_bf16(const AttnParams& p, const attn::TokenKeys& tk, int i0, int count, __nv_bfloat16* keys,
+                                int ld) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int k = warp; k < kTileKeys; k += kWarps) {
-        const float* src = k < count ? attn::key_ptr(p, s, pos, i0 + k, num_window) : nullptr;
+        const float* src = k < count ? attn::key_of(p, tk, i0 + k) : nullptr;
         for (int c = 4 * lane; c < p.d; c += 128) {
             float4 v = src != nullptr ? *reinterpret_cast<const float4*>(src + c) : float4{0, 0, 0, 0};
             store_bf16x4(keys + k * ld + c, v);
@@ -167,8 +167,6 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) attention_mma_kernel(Attn
     int row = blockIdx.x / groups, head0 = (blockIdx.x % groups) * kGroup;
     attn::TokenKeys tk;
     if (!attn::token_keys(p, row, tk)) return;
-    const DeviceSeq& s = tk.s;
-    int total = tk.total;
 
     const float* q = p.q + (static_cast<long long>(row) * p.heads + head0) * p.d;
     for (int i = 4 * threadIdx.x; i < kGroup * p.d; i += 4 * kThreads)
@@ -176,10 +174,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) attention_mma_kernel(Attn
 
     float acc[kMaxDim / 32][4] = {};
     float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {0, 0, 0, 0};
-    for (int i0 = 0; i0 < total; i0 += kTileKeys) {
-        int count = min(kTileKeys, total - i0);
+    for (int i0 = 0; i0 < tk.total; i0 += kTileKeys) {
+        int count = min(kTileKeys, tk.total - i0);
         __syncthreads();  // the previous tile's keys and weights are used up
-        stage_keys_bf16(p, s, tk.pos, tk.num_window, i0, count, sm.keys, ld);
+        stage_keys_bf16(p, tk, i0, count, sm.keys, ld);
         __syncthreads();
         score_quarter(sm, p.d, ld);
         __syncthreads();

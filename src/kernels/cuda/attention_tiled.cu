@@ -46,11 +46,10 @@ struct TileSmem {
 };
 
 // Stages keys [i0, i0 + count) of the token's key list: warp w copies keys w, w + kWarps, ...
-__device__ void stage_keys(const AttnParams& p, const DeviceSeq& s, long long pos, long long num_window, int i0, int count,
-                           float* keys, int ld) {
+__device__ void stage_keys(const AttnParams& p, const attn::TokenKeys& tk, int i0, int count, float* keys, int ld) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int k = warp; k < count; k += kWarps) {
-        const float* src = attn::key_ptr(p, s, pos, i0 + k, num_window);
+        const float* src = attn::key_of(p, tk, i0 + k);
         for (int c = 4 * lane; c < p.d; c += 128)
             *reinterpret_cast<float4*>(keys + k * ld + c) = *reinterpret_cast<const float4*>(src + c);
     }
@@ -95,8 +94,6 @@ __global__ void __launch_bounds__(kThreads) attention_tiled_kernel(AttnParams p,
     int row = blockIdx.x / groups, head0 = (blockIdx.x % groups) * group;
     attn::TokenKeys tk;
     if (!attn::token_keys(p, row, tk)) return;
-    const DeviceSeq& s = tk.s;
-    int total = tk.total;
 
     const float* q = p.q + (static_cast<long long>(row) * p.heads + head0) * p.d;
     for (int i = 4 * threadIdx.x; i < group * p.d; i += 4 * kThreads)
@@ -105,10 +102,10 @@ __global__ void __launch_bounds__(kThreads) attention_tiled_kernel(AttnParams p,
     int quad = threadIdx.x / kQuadThreads, ct = threadIdx.x % kQuadThreads;
     float4 acc[4][kSlices] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
-    for (int i0 = 0; i0 < total; i0 += kTileKeys) {
-        int count = min(kTileKeys, total - i0);
+    for (int i0 = 0; i0 < tk.total; i0 += kTileKeys) {
+        int count = min(kTileKeys, tk.total - i0);
         __syncthreads();  // the previous tile's keys and weights are used up
-        stage_keys(p, s, tk.pos, tk.num_window, i0, count, sm.keys, ld);
+        stage_keys(p, tk, i0, count, sm.keys, ld);
         __syncthreads();
         score_tile(p, group, count, sm, ld, m, l);
         __syncthreads();

@@ -179,6 +179,11 @@ __device__ inline float dot8(uint4 w, float4 a, float4 b) {
     return w0.x * a.x + w0.y * a.y + w1.x * a.z + w1.y * a.w + w2.x * b.x + w2.y * b.y + w3.x * b.z + w3.y * b.w;
 }
 
+// Row e of a paged pool ([blocks, block, dim]) whose blocks are listed in `table`.
+__device__ inline const float* paged_row(const float* pool, const int* table, int block, long long e, int dim) {
+    return pool + (static_cast<long long>(table[e / block]) * block + e % block) * dim;
+}
+
 // A weight load that should not displace activations from L1 (weights are read once per step).
 __device__ inline uint4 load_weights(const __nv_bfloat16* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
 

@@ -3,10 +3,11 @@
 //    window pools its tokens (from this step's rows, or the carry ring for earlier positions),
 //    normalises, ropes and stores the entry; then the step's last tokens go into the carry ring.
 //  - indexer_topk: per token, one warp per visible entry scores Σ_h w_h·relu(q_h·k) (a lane per
-//    head, queries in shared memory; in the fast precision indexer_mma.cu on tensor cores); the top k (ties to the lower id, valid picks first) by rank
-//    counting for rows of up to 2,048 entries (unless a long prefill makes that quadratic work
-//    large), else by a bitonic sort of the row up to 8,192 entries, else by repeated block-wide
-//    argmax. All three give the same ids in the same order.
+//    head, queries in shared memory; in the fast precision indexer_mma.cu on tensor cores); the
+//    top k (ties to the lower id, valid picks first) by rank counting for rows of up to 2,048
+//    entries (unless a long prefill makes that quadratic work large), else by a bitonic sort of
+//    the row up to 8,192 entries, else by repeated block-wide argmax. All three give the same ids
+//    in the same order.
 #include <vector>
 
 #include "kernels/cuda/indexer_common.cuh"
@@ -136,7 +137,7 @@ __global__ void index_scores_kernel(IndexParams p) {
     const int* table = p.tables + s.table_offset;
     const float* w = p.weights + static_cast<long long>(row) * p.heads;
     for (long long e = warp; e < visible; e += warps) {
-        const float* k = p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.dim;
+        const float* k = paged_row(p.pool, table, p.block, e, p.dim);
         for (int c = lane; c < p.dim; c += 32) key[c] = k[c];
         __syncwarp();
         float score = 0;

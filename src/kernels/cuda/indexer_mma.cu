@@ -49,8 +49,7 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(IndexParams 
             long long e = e0 + k;
             float4 v{0, 0, 0, 0};
             if (e < visible && 4 * lane < p.dim)
-                v = *reinterpret_cast<const float4*>(
-                    p.pool + (static_cast<long long>(table[e / p.block]) * p.block + e % p.block) * p.dim + 4 * lane);
+                v = *reinterpret_cast<const float4*>(paged_row(p.pool, table, p.block, e, p.dim) + 4 * lane);
             if (4 * lane < p.dim) store_bf16x4(keys + k * ld + 4 * lane, v);
         }
         __syncthreads();

@@ -319,8 +319,8 @@ void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const 
                                           {launch_moe_mma<3, 1>, launch_moe_mma<3, 4>}};
         if (gemm_parts_ == 1 && variants_.moe_staged)
             launch_moe_staged(xb.data<__nv_bfloat16>(), static_cast<int>(d), order, offsets, rows, experts,
-                              static_cast<int>(pairs), static_cast<int>(top_k), inter, limit, hb.data<__nv_bfloat16>(), weights.data<float>(),
-                              y.data<float>());
+                              static_cast<int>(pairs), static_cast<int>(top_k), inter, limit, hb.data<__nv_bfloat16>(),
+                              weights.data<float>(), y.data<float>());
         else
             kLaunch[gemm_parts_ - 1][variants_.moe_mma_steps_in_flight == 4](
                 stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts,
