@@ -10,6 +10,7 @@
 
 #include "base/cpu_features.h"
 #include "core/tensor.h"
+#include "deepinfer/config.h"
 
 namespace deepinfer::test {
 
@@ -23,6 +24,14 @@ inline std::string data_path(const std::string& rel) {
 inline std::string device() {
     const char* d = std::getenv("DEEPINFER_TEST_DEVICE");
     return d && *d ? d : "cpu";
+}
+
+// The model settings of engine tests whose expectations compare outputs across schedules: the
+// test device, in the exact precision (the fast precision, CUDA's default, rounds activations to
+// bf16, so greedy tokens of random weights, or near ties of trained ones, vary with the batch).
+inline void on_test_device(ModelConfig& m) {
+    m.device = device();
+    m.precision = "exact";
 }
 
 // Every CPU instruction-set level this machine runs, scalar first.

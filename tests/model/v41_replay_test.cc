@@ -127,8 +127,7 @@ TEST(V41ReplayEngine, OptionIsCheckedAndGenerationMatchesWithoutReplay) {
         EngineConfig c;
         c.model.path = dir;
         c.model.threads = 2;
-        c.model.device = test::device();
-        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+        test::on_test_device(c.model);
         c.model.swa_replay_tokens = replay;
         c.model.rollback_tokens = rollback;
         c.cache.memory_bytes = 16 << 20;
@@ -166,8 +165,7 @@ TEST(V41ReplayEngine, PrefixSharingReusesCompressedStateExactly) {
         EngineConfig c;
         c.model.path = dir;
         c.model.threads = 2;
-        c.model.device = test::device();
-        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+        test::on_test_device(c.model);
         c.model.swa_replay_tokens = 64;
         c.cache.memory_bytes = 16 << 20;
         c.cache.max_sequences = 4;

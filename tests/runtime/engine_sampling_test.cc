@@ -97,8 +97,7 @@ TEST(EngineSampling, DeviceTokensEqualTheHostSamplerReplay) {
     EngineConfig c;
     c.model.path = dir;
     c.model.threads = 2;
-    c.model.device = test::device();
-    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+    test::on_test_device(c.model);
     c.cache.memory_bytes = 200 << 10;  // a few sequences' entries: preemption and recompute
     c.cache.max_sequences = 4;         // also the penalty state's rows
     c.cache.block_size = 4;

@@ -62,8 +62,7 @@ protected:
         EngineConfig c;
         c.model.path = *dir_;
         c.model.threads = 2;
-        c.model.device = test::device();
-        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+        test::on_test_device(c.model);
         c.cache.memory_bytes = memory;
         c.cache.max_sequences = seqs;
         c.cache.block_size = 4;
@@ -150,8 +149,7 @@ TEST(EngineV41, BatchedGreedyEqualsAloneAndFullRecompute) {
         EngineConfig c;
         c.model.path = dir;
         c.model.threads = 2;
-        c.model.device = test::device();
-        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+        test::on_test_device(c.model);
         c.cache.memory_bytes = 64 << 20;
         c.cache.max_sequences = 16;
         c.cache.block_size = 4;
@@ -168,8 +166,7 @@ TEST(EngineHfGreedy, BatchedGenerationEqualsHfFullForwardRecompute) {
         EngineConfig c;
         c.model.path = test::make_model_dir(std::string("v4/") + fixture, vocab);
         c.model.threads = 2;
-        c.model.device = test::device();
-        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+        test::on_test_device(c.model);
         c.cache.memory_bytes = 16 << 20;
         c.scheduler.max_batch_tokens = 24;
         auto e = Engine::create(c);
@@ -297,8 +294,7 @@ TEST_F(EngineTest, ManyConcurrentRequestsWithCancellations) {
     EngineConfig c;
     c.model.path = *dir_;
     c.model.threads = 2;
-    c.model.device = test::device();
-    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+    test::on_test_device(c.model);
     c.cache.memory_bytes = 1 << 20;
     c.cache.max_sequences = 12;
     c.cache.block_size = 1;  // block tables grow every few tokens while steps are in flight
@@ -335,8 +331,7 @@ TEST(EngineTrace, SpansAccountForEveryStepAndToken) {
     EngineConfig c;
     c.model.path = dir;
     c.model.threads = 2;
-    c.model.device = test::device();
-    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+    test::on_test_device(c.model);
     c.cache.memory_bytes = 64 << 20;
     c.scheduler.max_batch_tokens = 16;
     c.trace_path = path;

@@ -33,8 +33,7 @@ struct CachedModel {
         EngineConfig c;
         c.model.path = dir;
         c.model.threads = 2;
-        c.model.device = device();
-        c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+        on_test_device(c.model);
         c.model.swa_replay_tokens = replay;
         c.cache.memory_bytes = 64 << 20;
         c.cache.max_sequences = 2;

@@ -58,8 +58,7 @@ EngineConfig engine_config(const Model& m) {
     EngineConfig c;
     c.model.path = m.dir;
     c.model.threads = 2;
-    c.model.device = device();
-    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+    on_test_device(c.model);
     c.cache.block_size = m.block_size;
     c.deterministic = device() != "cpu";  // the same logits whatever the batch: CUDA needs the mode
     return c;

@@ -10,8 +10,7 @@ namespace deepinfer::test {
 inline EngineConfig nano_structured_config() {
     EngineConfig c;
     c.model.path = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-nano";
-    c.model.device = device();  // DEEPINFER_TEST_DEVICE=cuda: the device argmax and mask kernels
-    c.model.precision = "exact";  // random weights: the fast precision's tokens vary with the batch
+    on_test_device(c.model);  // DEEPINFER_TEST_DEVICE=cuda: the device argmax and mask kernels
     c.model.threads = 2;
     c.cache.memory_bytes = 256LL << 20;
     return c;
