@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <fmt/ranges.h>
+
 #include "base/error.h"
 
 namespace deepinfer::apps {
@@ -86,6 +88,9 @@ void add_engine_options(CLI::App* cmd, EngineFlags& f) {
                     "matrix products: exact (fp32 activations), fast (bf16 activations), auto (fast on CUDA, the "
                     "model's own on the CPU)")
         ->check(CLI::IsMember({"auto", "exact", "fast"}));
+    cmd->add_option("--kernel", f.kernel_knobs,
+                    "a CUDA kernel choice, name=value (repeatable; defaults: the measured best): " +
+                        fmt::format("{}", fmt::join(kernel_knob_help(), ", ")));
     cmd->add_option("--max-sequences", c.cache.max_sequences, "sequences resident in the cache at once")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--cache-memory", f.cache_memory, "cache size, e.g. 2GiB");
@@ -132,6 +137,10 @@ EngineConfig finish_engine_config(EngineFlags& f, const std::string& log_level) 
     c.cache.prefix.host_bytes = f.host_cache_memory == "0" ? 0 : parse_bytes(f.host_cache_memory);
     c.cache.prefix.disk_bytes = parse_bytes(f.disk_cache_size);
     c.log_level = log_level;
+    for (const std::string& knob : f.kernel_knobs) {
+        std::string why;
+        DI_CHECK(parse_kernel_knob(c.model.kernels, knob, &why), "--kernel: {}", why);
+    }
     return c;
 }
 

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 #include "deepinfer/config.h"
 #include "deepinfer/request.h"
@@ -18,6 +19,7 @@ struct EngineFlags {
     bool prefix_cache = true;
     std::string host_cache_memory = "0";
     std::string disk_cache_size = "16GiB";
+    std::vector<std::string> kernel_knobs;  // --kernel name=value
 };
 
 void add_engine_options(CLI::App* cmd, EngineFlags& flags);

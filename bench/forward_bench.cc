@@ -5,11 +5,11 @@
 //            bytes the step must read (weights it touches + KV) / measured read bandwidth (host)
 //            or copy bandwidth (device).
 // Every step ends with the logits on the host, as in the engine, so device timings are synchronous.
-// --variant sets (Backend::set_variant) time kernel variants against each other in one process.
+// --variant sets (kernel knobs, deepinfer/kernel_config.h) time kernel choices against each other
+// in one process.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -249,40 +249,35 @@ DecodeFloor decode_floor(const model::DeepseekV4Config& cfg, const WeightBytes& 
 void print_step_profile(Session& s, int batch, int64_t vocab, std::mt19937& rng) {
     std::vector<std::vector<int32_t>> next;
     for (int j = 0; j < batch; ++j) next.push_back(random_tokens(rng, 1, vocab));
-    s.m.backend().set_profiling(true);
+    s.m.backend().execution().set_profiling(true);
     auto t0 = Clock::now();
     step(s, next);
     double wall = seconds_since(t0);
-    s.m.backend().set_profiling(false);
+    s.m.backend().execution().set_profiling(false);
     std::printf("profile of one decode step, batch %d (wall %.2f ms while profiling):\n%s", batch, wall * 1e3,
-                s.m.backend().profile_report().c_str());
+                s.m.backend().execution().profile_report().c_str());
 }
 
 }  // namespace
 
-// A set of kernel variants (--variant name=value,name=value) and how the rows name it.
+// A set of kernel knobs (--variant name=value,name=value) on top of the defaults, and how the
+// rows name it.
 struct VariantSet {
-    std::vector<std::pair<std::string, int>> settings;
+    KernelConfig kernels;
     std::string label;
 };
 
 // The sets named on the command line (none: one empty set, the backend's defaults), each
-// checked against the backend once.
+// checked against the knob table and the backend once.
 std::vector<VariantSet> parse_variant_sets(const std::vector<std::string>& args, kernels::Backend& backend) {
     std::vector<VariantSet> sets;
     for (const std::string& arg : args) {
+        DI_CHECK(backend.execution().set_kernels(KernelConfig{}), "--variant: the {} backend has no kernel choices",
+                 backend.name());
         VariantSet set;
         std::stringstream items(arg);
-        for (std::string item; std::getline(items, item, ',');) {
-            size_t eq = item.find('=');
-            int value = 0;
-            bool number = eq != std::string::npos && eq + 1 < item.size() &&
-                          std::from_chars(item.data() + eq + 1, item.data() + item.size(), value).ptr == item.data() + item.size();
-            DI_CHECK(number, "--variant '{}': expected name=value", item);
-            std::string name = item.substr(0, eq);
-            DI_CHECK(backend.set_variant(name, value), "--variant '{}': the {} backend has no such variant", item, backend.name());
-            set.settings.emplace_back(name, value);
-        }
+        for (std::string item, why; std::getline(items, item, ',');)
+            DI_CHECK(parse_kernel_knob(set.kernels, item, &why), "--variant: {}", why);
         set.label = " [" + arg + "]";
         sets.push_back(std::move(set));
     }
@@ -290,11 +285,7 @@ std::vector<VariantSet> parse_variant_sets(const std::vector<std::string>& args,
     return sets;
 }
 
-// The set on top of the backend's defaults (sets may name different variants).
-void apply(const VariantSet& set, kernels::Backend& backend) {
-    backend.reset_variants();
-    for (const auto& [name, value] : set.settings) backend.set_variant(name, value);
-}
+void apply(const VariantSet& set, kernels::Backend& backend) { backend.execution().set_kernels(set.kernels); }
 
 int run(int argc, char** argv) {
     CLI::App app{"Forward benchmark for DeepSeek-V4 checkpoints"};
@@ -331,7 +322,7 @@ int run(int argc, char** argv) {
     app.add_flag("--profile", profile, "after each batch's timed steps, one more step timed per op (device backends)");
     std::vector<std::string> variant_args;
     app.add_option("--variant", variant_args,
-                   "kernel variant set 'name=value[,name=value]' (Backend::set_variant); repeated, each prefill is timed "
+                   "kernel variant set 'name=value[,name=value]' (kernel knobs: deepinfer/kernel_config.h); repeated, each prefill is timed "
                    "per set and the sets' decode steps alternately in two rounds");
     CLI11_PARSE(app, argc, argv);
 
@@ -349,11 +340,11 @@ int run(int argc, char** argv) {
     std::vector<bool> det_modes;
     if (deterministic != "on") det_modes.push_back(false);
     if (deterministic != "off") det_modes.push_back(true);
-    if (deterministic != "off" && !backend->set_batch_invariant(true)) {
+    if (deterministic != "off" && !backend->execution().set_batch_invariant(true)) {
         std::fprintf(stderr, "bench_forward: the %s backend has no batch-invariant mode\n", backend->name());
         return 2;
     }
-    backend->set_batch_invariant(false);  // the floors are measured on the default kernels; rows set their mode
+    backend->execution().set_batch_invariant(false);  // the floors are measured on the default kernels; rows set their mode
     auto mode_label = [&](bool det) { return det_modes.size() > 1 || det ? (det ? " det" : " default") : ""; };
     model::Checkpoint ckpt(dir);
     if (std::string type = model::read_config_json(dir).value("model_type", ""); type != "deepseek_v4") {
@@ -394,11 +385,11 @@ int run(int argc, char** argv) {
             Session s{m, model::HybridCache(m.cache_layout(), *backend, m.plan_cache_for_tokens(1, max_len)), {}, {0}};
             s.states.push_back(s.cache.add_sequence());
             bool profiled = with_profile && rep == 1;
-            backend->set_profiling(profiled);
+            backend->execution().set_profiling(profiled);
             auto t0 = Clock::now();
             step(s, {random_tokens(rng, p, cfg.vocab_size)});
             if (!profiled) best = std::min(best, seconds_since(t0));
-            backend->set_profiling(false);
+            backend->execution().set_profiling(false);
         }
         return best;
     };
@@ -410,14 +401,14 @@ int run(int argc, char** argv) {
     for (int p : prompts)
         for (const VariantSet& set : variant_sets)
             for (bool det : det_modes) {
-                backend->set_batch_invariant(det);
+                backend->execution().set_batch_invariant(det);
                 apply(set, *backend);
                 double best = time_prefill(p, profile);
                 DecodeFloor f = decode_floor(cfg, wb, p, p / 2, bw, gemm_rate);
                 std::printf("| prefill | %d tokens%s%s | %.1f tok/s | %.3f s | floor %.3f s (%.2f TFLOP) | %.2fx floor |\n", p,
                             set.label.c_str(), mode_label(det), p / best, best, f.flops / gemm_rate, f.flops / 1e12,
                             best * gemm_rate / f.flops);
-                if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->profile_report().c_str());
+                if (profile) std::printf("profile of one %d-token prefill:\n%s", p, backend->execution().profile_report().c_str());
             }
     // Every timed run of decode steps starts from the same prefilled context, so graph modes and
     // variant sets decode at equal lengths.
@@ -437,12 +428,12 @@ int run(int argc, char** argv) {
         DecodeFloor f = decode_floor(cfg, wb, b * v, context, bw, gemm_rate);
         std::string verify_label = verify.size() > 1 || v > 1 ? " verify " + std::to_string(v) : "";
         for (bool graphs : graph_modes) {
-            backend->set_graphs(graphs);
+            backend->execution().set_graphs(graphs);
             int rounds = variant_sets.size() > 1 ? 2 : 1;
             for (int round = 0; round < rounds; ++round)
                 for (const VariantSet& set : variant_sets)
                     for (bool det : det_modes) {
-                        backend->set_batch_invariant(det);
+                        backend->execution().set_batch_invariant(det);
                         apply(set, *backend);
                         auto s = prefilled(prompt);
                         double t = median_decode_step(*s, b, decode_steps, cfg.vocab_size, rng, v);

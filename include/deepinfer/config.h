@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/kernel_config.h"
+
 namespace deepinfer {
 
 namespace runtime {
@@ -29,6 +31,7 @@ struct ModelConfig {
     // this many prompt tokens (0 = off); must be >= sliding window + rollback_tokens.
     int swa_replay_tokens = 140;
     int rollback_tokens = 0;  // tokens a step may later take back (speculative drafts)
+    KernelConfig kernels;     // which kernels the device's backend launches (kernel_config.h)
 };
 
 // Prefix caching: block-aligned prompt prefixes (compressed KV of every layer group and the

@@ -1,8 +1,9 @@
 #pragma once
 // The op interface the model layers are written against. One implementation per device (CPU now;
-// CUDA behind the same interface), chosen at run time. Ops take Tensors that live on the backend's
-// device; shapes are in the comments as [rows, cols]. Activations are fp32; weights are bf16 or
-// fp32 (matmul), other parameters fp32.
+// CUDA behind the same interface), chosen at run time. How they run (precision, graphs,
+// profiling, kernel choices) is the backend's Execution (execution.h), not part of any op. Ops
+// take Tensors that live on the backend's device; shapes are in the comments as [rows, cols].
+// Activations are fp32; weights are bf16 or fp32 (matmul), other parameters fp32.
 //
 // Per-sequence cached state (sliding-window rings, compressor carries, compressed-entry blocks)
 // is memory owned by the caller and described by the structs below; the ops read and append to
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/execution.h"
 
 namespace deepinfer::kernels {
 
@@ -211,18 +213,14 @@ struct SampleArgs {
     Tensor top_tokens, top_logprobs;
 };
 
-// How exactly matmul treats fp32 activations against bf16 weights: kBf16 rounds them to bf16
-// (one bf16 dot product, fp32 accumulation: the fast precision), kBf16x2 keeps ~16 mantissa bits
-// as two bf16 parts (CUDA; the CPU computes it in fp32), kFp32 all 24 (for models whose QAT fake
-// quantisation turns tiny differences into different rounding decisions, and parity tests).
-enum class MatmulPrecision { kBf16, kBf16x2, kFp32 };
-
 class Backend {
 public:
     virtual ~Backend() = default;
     virtual Device device() const = 0;
     virtual const char* name() const = 0;
-    virtual void set_matmul_precision(MatmulPrecision) {}
+    // How the ops run (precision, deterministic mode, profiling, graphs, kernel choices).
+    virtual Execution& execution() = 0;
+    virtual const Execution& execution() const = 0;
     // Whether matmul and the MoE ops take MXFP4 weights as stored (DType::kMxfp4, core/quant_mxfp4.h);
     // the model widens them to bf16 at load where not.
     virtual bool reads_mxfp4() const { return false; }
@@ -233,34 +231,6 @@ public:
     // own keys rounded the same way where attention reads them, so that every schedule reads the
     // same keys.
     virtual bool reads_bf16_cache() const { return false; }
-    // Whether every op computes a row's result in the same order whatever the batch around it
-    // (its size, the row's place, prefill or decode): what deterministic requests need.
-    virtual bool batch_invariant() const { return false; }
-    // Asks for batch-invariant ops from now on (a backend with a faster batch-dependent path
-    // switches to one path per op); returns whether the backend is batch-invariant when asked on.
-    virtual bool set_batch_invariant(bool on) { return !on || batch_invariant(); }
-    // WeightQuant::kQ8: products with MXFP4 weights quantize their activations to 8-bit blocks (as
-    // Q8 weights always do) instead of decoding the weights for fp32 or bf16 activations.
-    virtual void set_int8_activations(bool) {}
-    // Per-op timing for benchmarks: while on, a device backend times every op on its queue;
-    // profile_report() waits for the queue and returns a table per op name (calls, device span,
-    // host time spent issuing) of what ran since profiling was turned on, then starts over.
-    virtual void set_profiling(bool) {}
-    virtual std::string profile_report() { return {}; }
-    // Ops between begin_graph_step() and end_graph_step() may be recorded into device graphs and
-    // launched in segments (CUDA graphs: far fewer launches for the small kernels of a decode
-    // step). end_graph_step(false) drops recorded work that has not run (an op failed half-way).
-    // set_graphs(false) turns recording off (benchmarks compare both). Results are the same.
-    // `shape` names the step's shape (its token counts): recordings are reused only within one.
-    virtual void begin_graph_step(uint64_t /*shape*/) {}
-    virtual void end_graph_step(bool /*launch*/ = true) {}
-    virtual void set_graphs(bool) {}
-    // Picks a kernel variant by name, for A/B measurements inside one process (bench_forward
-    // --variant). Every variant computes the same op within the op tests' bounds. False when the
-    // backend has no such knob or value.
-    virtual bool set_variant(const std::string& /*name*/, int /*value*/) { return false; }
-    // Puts every variant back to the backend's default.
-    virtual void reset_variants() {}
 
     // --- memory -------------------------------------------------------------------------------
     virtual Tensor empty(DType dtype, std::vector<int64_t> shape) = 0;

@@ -121,8 +121,8 @@ KeptFormats kept_formats(WeightQuant quant, const kernels::Backend& backend) {
 WeightLoader prepare_loading(const Checkpoint& ckpt, std::array<int, 2> fp8_block, const LoadOptions& options,
                              kernels::Backend& backend, kernels::MatmulPrecision automatic) {
     check_weight_quant(options.quant, backend);
-    backend.set_matmul_precision(matmul_precision(resolve_precision(options.precision, backend.device()), automatic));
-    backend.set_int8_activations(options.quant == WeightQuant::kQ8);
+    backend.execution().set_matmul_precision(matmul_precision(resolve_precision(options.precision, backend.device()), automatic));
+    backend.execution().set_int8_activations(options.quant == WeightQuant::kQ8);
     return WeightLoader(ckpt, fp8_block, options.quant, kept_formats(options.quant, backend));
 }
 

@@ -97,7 +97,11 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
     backend_ = kernels::make_backend(mc.device, mc.threads);
-    DI_CHECK(!config.deterministic || backend_->set_batch_invariant(true),
+    std::string knob_error = kernel_config_error(mc.kernels);
+    DI_CHECK(knob_error.empty(), "{}", knob_error);
+    DI_CHECK(backend_->execution().set_kernels(mc.kernels) || mc.kernels == KernelConfig{},
+             "kernel knobs were given, but the {} backend has no kernel choices (they are CUDA's)", backend_->name());
+    DI_CHECK(!config.deterministic || backend_->execution().set_batch_invariant(true),
              "deterministic mode: the {} backend's kernels are not batch-invariant (a row's result depends on the "
              "batch around it); use --device cpu",
              backend_->name());
@@ -215,7 +219,7 @@ std::string EngineImpl::check_request(GenerationRequest& r) const {
     std::string bad = r.sampling.validate(static_cast<int32_t>(model_->vocab_size()));
     if (!bad.empty()) return bad;
     r.deterministic = r.deterministic || config_.deterministic;
-    if (r.deterministic && !backend_->batch_invariant())
+    if (r.deterministic && !backend_->execution().batch_invariant())
         return std::string("deterministic: the ") + backend_->name() +
                " backend runs batch-dependent kernels unless the engine is started with --deterministic";
     if (r.prompt_tokens.empty()) {

@@ -80,7 +80,7 @@ public:
     const std::string& model_name() const override { return name_; }
     int32_t vocab_size() const override { return static_cast<int32_t>(model_->vocab_size()); }
     int64_t max_model_len() const override { return max_model_len_; }
-    bool deterministic_available() const override { return backend_->batch_invariant(); }
+    bool deterministic_available() const override { return backend_->execution().batch_invariant(); }
     std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const override;
     std::string detokenize(const std::vector<int32_t>& tokens, bool skip_special_tokens) const override;
     void shutdown(bool cancel_running) override;

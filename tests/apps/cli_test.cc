@@ -136,6 +136,22 @@ TEST_F(GenerateCli, PromptsFileGivesResultsInOrder) {
     EXPECT_NE(r.output.find("top_p"), std::string::npos) << r.output;
 }
 
+// Kernel knobs (--kernel name=value): a misspelt name, a value out of range, and knobs given to
+// a backend without kernel choices (the CPU's) are refused, never ignored.
+TEST_F(GenerateCli, KernelKnobsAreCheckedNotIgnored) {
+    std::vector<std::pair<std::string, std::string>> cases = {
+        {" --kernel attention_mmma=1", "no kernel knob named 'attention_mmma'"},
+        {" --kernel attention_mma_blocks=3", "attention_mma_blocks takes 1|2, not 3"},
+        {" --kernel moe_staged", "expected name=integer"},
+        {" --kernel moe_staged=0", "the cpu backend has no kernel choices"},
+    };
+    for (const auto& [flag, needle] : cases) {
+        RunResult r = run("generate" + engine_flags() + " --prompt hi --max-tokens 2" + flag);
+        EXPECT_NE(r.exit_code, 0) << flag;
+        EXPECT_NE(r.output.find(needle), std::string::npos) << flag << " -> " << r.output;
+    }
+}
+
 TEST_F(GenerateCli, BenchReportsThroughputAsJson) {
     RunResult r = run("bench" + engine_flags() + " --num-prompts 6 --input-len 20 --output-len 5 --concurrency 3 --json");
     ASSERT_EQ(r.exit_code, 0) << r.output;

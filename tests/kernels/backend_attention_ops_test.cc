@@ -164,7 +164,7 @@ TEST_P(BackendOpsAttention, AttentionAllModes) {
 // heads of 128.
 TEST_P(BackendOpsAttention, FastPrecisionAttention) {
     if (on_host()) GTEST_SKIP() << "the CPU's attention is fp32 in every precision";
-    ASSERT_TRUE(cpu->set_variant("attention_mma", 1));
+    ASSERT_TRUE(apply_variants(*cpu, {{"attention_mma", 1}}));
     struct Case {
         SeqShapes shapes;
         int window, picks;
@@ -181,7 +181,7 @@ TEST_P(BackendOpsAttention, FastPrecisionAttention) {
         // weights by a few percent; at the models' scale it moves them by well under 1%.
         a.scale = 1.0f / std::sqrt(static_cast<float>(cs.d));
         auto attend = [&](Backend& b, MatmulPrecision precision) {
-            b.set_matmul_precision(precision);
+            b.execution().set_matmul_precision(precision);
             AttentionArgs args = a;
             args.out = Tensor::empty(DType::kF32, {sc.num_tokens, cs.heads, cs.d});
             b.attention(sc.seqs, args);
@@ -290,7 +290,7 @@ TEST_P(BackendOpsAttention, IndexerLongRows) {
         cpu->indexer_topk(sc.seqs, a);
         EXPECT_EQ(std::memcmp(a.out.raw(), b.out.raw(), a.out.nbytes()), 0) << variant_label(set);
     }
-    cpu->reset_variants();
+    apply_variants(*cpu, {});
 }
 
 // Σ_h w_h · scale · relu(q_h · k_e) of row `row` (a token of sequence `s`) in double.
@@ -321,8 +321,8 @@ TEST_P(BackendOpsAttention, FastPrecisionIndexer) {
     a.weights = random_f32({sc.num_tokens, 64}, rng);
     a.scale = 0.05f, a.keys = &store, a.rate = rate, a.top_k = top_k;
     a.out = Tensor::empty(DType::kI32, {sc.num_tokens, top_k});
-    cpu->set_matmul_precision(MatmulPrecision::kBf16);
-    ASSERT_TRUE(cpu->set_variant("indexer_mma", 1));
+    cpu->execution().set_matmul_precision(MatmulPrecision::kBf16);
+    ASSERT_TRUE(apply_variants(*cpu, {{"indexer_mma", 1}}));
     cpu->indexer_topk(sc.seqs, a);
     for (size_t s = 0; s < sc.seqs.size(); ++s)
         for (int t = 0; t < sc.seqs[s].num_tokens; ++t) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ref/ref_backend.h"
@@ -55,15 +56,15 @@ inline Tensor positions(std::vector<int64_t> p) {
     return t;
 }
 
-// Kernel variants (Backend::set_variant) a test also runs under: the defaults first, then each
-// set the backend offers (the CPU backends offer none), each on top of the defaults.
+// Kernel knobs (deepinfer/kernel_config.h) a test also runs under: the defaults first, then each
+// set on top of the defaults, where the backend has kernel choices (the CPU backends have none).
 using VariantSet = std::vector<std::pair<const char*, int>>;
 
 inline bool apply_variants(Backend& b, const VariantSet& set) {
-    b.reset_variants();  // each set on top of the defaults
-    bool offered = true;
-    for (const auto& [name, value] : set) offered = b.set_variant(name, value) && offered;
-    return offered;
+    KernelConfig config;
+    std::string why;
+    for (const auto& [name, value] : set) DI_CHECK(set_kernel_knob(config, name, value, &why), "{}", why);
+    return b.execution().set_kernels(config);
 }
 
 inline std::string variant_label(const VariantSet& set) {

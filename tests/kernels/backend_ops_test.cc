@@ -52,7 +52,7 @@ TEST_P(BackendOps, SmallBatchMatmul) {
     }
 }
 
-// One activation row under every GEMV variant the backend offers (set_variant; the CPU backends
+// One activation row under every GEMV variant the backend offers (kernel knobs; the CPU backends
 // have none): a short product (block tasks) and a tall one (enough rows for warp tasks).
 TEST_P(BackendOps, OneRowMatmulVariants) {
     std::vector<VariantSet> sets = {{}};
@@ -71,7 +71,6 @@ TEST_P(BackendOps, OneRowMatmulVariants) {
             EXPECT_TRUE(all_close(a, b, mm_tol)) << "n = " << n << variant_label(set);
         }
     }
-    EXPECT_FALSE(cpu->set_variant("no_such_knob", 1));
 }
 
 TEST_P(BackendOps, DenseOps) {
@@ -327,7 +326,7 @@ TEST_P(BackendOps, MoeRoutingAndExperts) {
 // the staged kernels (four passes an expert). Within bf16's rounding of the fp32 reference.
 TEST_P(BackendOps, FastPrecisionExperts) {
     if (on_host()) GTEST_SKIP() << "covered by the CPU's fused-op tests";
-    cpu->set_matmul_precision(MatmulPrecision::kBf16);
+    cpu->execution().set_matmul_precision(MatmulPrecision::kBf16);
     for (const VariantSet& set :
          {VariantSet{}, VariantSet{{"moe_staged", 0}}, VariantSet{{"moe_staged_wide", 1}},
           VariantSet{{"moe_staged_max_pairs", 8192}, {"moe_staged_wide", 1}}}) {

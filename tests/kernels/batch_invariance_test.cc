@@ -98,9 +98,9 @@ constexpr Product kProducts[] = {{37, 4200, true}, {300, 520, true}, {24, 1030, 
 
 TEST_P(BatchInvariance, AProductRowHasTheSameBitsInAnyBatch) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    ASSERT_TRUE(dev->set_batch_invariant(true));
+    ASSERT_TRUE(dev->execution().set_batch_invariant(true));
     for (MatmulPrecision precision : {MatmulPrecision::kBf16x2, MatmulPrecision::kFp32, MatmulPrecision::kBf16}) {
-        dev->set_matmul_precision(precision);
+        dev->execution().set_matmul_precision(precision);
         for (const Product& p : kProducts) {
             SCOPED_TRACE("n " + std::to_string(p.n) + " k " + std::to_string(p.k) + " precision " +
                          std::to_string(static_cast<int>(precision)));
@@ -116,7 +116,7 @@ TEST_P(BatchInvariance, AProductRowHasTheSameBitsInAnyBatch) {
 // once for all their products.
 TEST_P(BatchInvariance, SiblingAndGroupedProductRowsHaveTheSameBitsInAnyBatch) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    ASSERT_TRUE(dev->set_batch_invariant(true));
+    ASSERT_TRUE(dev->execution().set_batch_invariant(true));
     int64_t k = 264, groups = 4;
     Tensor w1 = random_bf16({40, k}, rng), w2 = random_bf16({24, k}, rng), gw = random_bf16({groups * 12, k}, rng);
     auto products = [&](const Tensor& x) {
@@ -147,7 +147,7 @@ TEST_P(BatchInvariance, SiblingAndGroupedProductRowsHaveTheSameBitsInAnyBatch) {
 // tokens (a few: the decode paths; hundreds: the prefill paths).
 TEST_P(BatchInvariance, ATokensExpertsHaveTheSameBitsInAnyBatch) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    ASSERT_TRUE(dev->set_batch_invariant(true));
+    ASSERT_TRUE(dev->execution().set_batch_invariant(true));
     int64_t d = 264, inter = 48, experts = 8, top_k = 3;
     std::vector<ExpertWeights> ex;
     for (int64_t e = 0; e < experts; ++e)
@@ -254,7 +254,7 @@ private:
 // split-key decode kernel and a long step the tiled kernel; in the mode every step the tiled one.
 TEST_P(BatchInvariance, ATokensAttentionHasTheSameBitsInAnyBatch) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    ASSERT_TRUE(dev->set_batch_invariant(true));
+    ASSERT_TRUE(dev->execution().set_batch_invariant(true));
     AttentionProbe probe(rng);
     for (auto mode : {AttentionArgs::Compressed::kNone, AttentionArgs::Compressed::kSelected}) {
         EXPECT_TRUE(all_close(probe.row(*dev, 40, false, mode), probe.row(*ref, 40, false, mode), 1e-4));
@@ -266,7 +266,7 @@ TEST_P(BatchInvariance, ATokensAttentionHasTheSameBitsInAnyBatch) {
 TEST_P(BatchInvariance, WithoutTheModeCudaRowsChangeWithTheBatch) {
     if (GetParam() != "cuda") GTEST_SKIP() << "the CPU kernels are batch-invariant in every mode";
     SCOPED_TRACE("seed " + std::to_string(seed));
-    dev->set_batch_invariant(false);
+    dev->execution().set_batch_invariant(false);
     int changed = 0;
     for (const Product& p : kProducts) {
         Tensor w = p.bf16 ? random_bf16({p.n, p.k}, rng) : random_f32({p.n, p.k}, rng);

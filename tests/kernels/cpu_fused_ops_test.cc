@@ -40,7 +40,7 @@ TEST_P(CpuFusedOps, MatmulManyIsEachMatmul) {
     for (int64_t m : {1, 3, 37}) {
         SCOPED_TRACE(testing::Message() << "m=" << m << " fast " << (precision == MatmulPrecision::kBf16) << " q8 " << q8);
         auto cpu = cpu::make_cpu_backend(3, GetParam());
-        cpu->set_matmul_precision(precision);
+        cpu->execution().set_matmul_precision(precision);
         int64_t k = 64 + 32 * static_cast<int64_t>(rng() % 4);
         Tensor x = test::random_f32({m, k}, rng);
         std::vector<Tensor> ws, fused, alone;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -19,11 +20,9 @@ public:
 
     Device device() const override { return Device::kCpu; }
     const char* name() const override { return dev_->name(); }
-    void set_matmul_precision(MatmulPrecision p) override { dev_->set_matmul_precision(p); }
-    bool set_variant(const std::string& name, int value) override { return dev_->set_variant(name, value); }
-    void reset_variants() override { dev_->reset_variants(); }
-    bool batch_invariant() const override { return dev_->batch_invariant(); }
-    bool set_batch_invariant(bool on) override { return dev_->set_batch_invariant(on); }
+    // The device backend's own: its ops run as it is told.
+    Execution& execution() override { return dev_->execution(); }
+    const Execution& execution() const override { return std::as_const(*dev_).execution(); }
     Tensor empty(DType dtype, std::vector<int64_t> shape) override { return Tensor::empty(dtype, std::move(shape)); }
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override { return Tensor::zeros(dtype, std::move(shape)); }
     Tensor upload(const Tensor& host) override { return host; }

@@ -55,10 +55,10 @@ TEST_P(V4Parity, CudaGraphStepsEqualEagerLaunches) {
     model::DeepseekV4Model m = exact_model(f, *backend);
     for (int64_t chunk : {0, 64, 7, 16}) {  // 16 after 64: a recording of another shape must not be reused
         runtime::LogitsSchedule schedule{chunk, chunk == 0 ? 0 : -1};
-        backend->set_graphs(false);
+        backend->execution().set_graphs(false);
         Tensor eager = runtime::sequence_logits(m, f.ids, schedule);
         expect_parity(eager, f.reference, GetParam() + " cuda eager chunk " + std::to_string(chunk));
-        backend->set_graphs(true);
+        backend->execution().set_graphs(true);
         Tensor graphed = runtime::sequence_logits(m, f.ids, schedule);
         ASSERT_EQ(graphed.numel(), eager.numel());
         int64_t differ = 0;

@@ -120,7 +120,7 @@ void expect_batched_greedy_consistent(const std::string& dir, const std::vector<
     // Full recompute on the same device: one prefill of prompt + output; every generated token is
     // that pass's argmax.
     auto backend = kernels::make_backend(test::device(), 2);
-    auto m = model::load_causal_lm(dir, *backend);
+    auto m = model::load_causal_lm(dir, *backend, {.precision = model::Precision::kExact});
     for (size_t i = 0; i < prompts.size(); ++i) {
         std::vector<int32_t> seq = prompt(prompts[i].first, prompts[i].second);
         seq.insert(seq.end(), alone[i].begin(), alone[i].end() - 1);

@@ -61,8 +61,8 @@ void CpuBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, in
     a.n = w.dim(0);
     a.k = w.dim(-1);
     a.accumulate = accumulate;
-    a.bf16_activations = bf16_activations_;
-    a.q8_activations = int8_activations_;
+    a.bf16_activations = bf16_activations();
+    a.q8_activations = int8_activations();
     cpu::gemm(pool_, isa_, a, &q8_scratch_);
 }
 
@@ -163,7 +163,7 @@ void CpuBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targ
                  x.shape_string(), w.shape_string(), t.y->shape_string());
         products.push_back(GemmArgs{.x = x.data<float>(), .lda = k, .w = w.raw(), .ldw = k, .w_dtype = w.dtype(),
                                     .y = t.y->data<float>(), .ldy = n, .m = m, .n = n, .k = k,
-                                    .bf16_activations = bf16_activations_, .q8_activations = int8_activations_});
+                                    .bf16_activations = bf16_activations(), .q8_activations = int8_activations()});
     }
     cpu::gemm_batch(pool_, isa_, products, &q8_scratch_);
 }

@@ -15,18 +15,17 @@ public:
 
     Device device() const override { return Device::kCpu; }
     const char* name() const override { return "cpu"; }
-    // Products split over weight rows (never over k), attention and norms per token.
-    bool batch_invariant() const override { return true; }
+    // Products split over weight rows (never over k), attention and norms per token: batch-invariant.
+    // kBf16 rounds the activations of products with bf16 weights to bf16 (gemm_bf16.h); the
+    // other precisions compute in fp32.
+    Execution& execution() override { return exec_; }
+    const Execution& execution() const override { return exec_; }
     Isa isa() const { return isa_; }
     ThreadPool& pool() { return pool_; }
-    // kBf16 rounds the activations of products with bf16 weights to bf16 (gemm_bf16.h); the
-    // other settings compute in fp32.
-    void set_matmul_precision(MatmulPrecision p) override { bf16_activations_ = p == MatmulPrecision::kBf16; }
     // The AVX-512 kernels decode MXFP4 in registers; other ISAs (and the scalar references) get them widened.
     bool reads_mxfp4() const override { return isa_ == Isa::kAvx512; }
     bool reads_fp8() const override { return isa_ == Isa::kAvx512; }
     bool reads_bf16_cache() const override { return true; }
-    void set_int8_activations(bool on) override { int8_activations_ = on; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -85,7 +84,9 @@ private:
     Isa isa_;
     std::shared_ptr<HostAllocator> allocator_ = HostAllocator::create();  // activations of every step
     HostArena weights_;                                                    // uploads (weights, tables)
-    bool bf16_activations_ = false, int8_activations_ = false;
+    HostExecution exec_;
+    bool bf16_activations() const { return exec_.matmul_precision() == MatmulPrecision::kBf16; }
+    bool int8_activations() const { return exec_.int8_activations(); }
     std::vector<uint8_t> q8_scratch_;  // activations quantized or rounded for the kernels (gemm runs one at a time)
     struct MoeScratch {
         std::vector<float> tokens, gate, up, out;

@@ -88,7 +88,7 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
     auto product = [&](const Tensor& w, const float* in, int64_t k, float* y, int64_t m) {
         return GemmArgs{.x = in, .lda = k, .w = w.raw(), .ldw = w.dim(-1), .w_dtype = w.dtype(), .y = y,
                         .ldy = w.dim(0), .m = m, .n = w.dim(0), .k = k,
-                        .bf16_activations = bf16_activations_, .q8_activations = int8_activations_};
+                        .bf16_activations = bf16_activations(), .q8_activations = int8_activations()};
     };
     std::vector<GemmArgs> products;
     for (const Active& a : active) {

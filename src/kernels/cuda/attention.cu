@@ -109,44 +109,43 @@ int total_tokens(std::span<const SeqSlice> seqs) {
 
 }  // namespace
 
-void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
-    DI_CUDA_OP("attention");
-    launch_attention(seqs, a, nullptr, nullptr);
+AttentionFamily::AttentionFamily(CudaBackend& device) : dev_(device) {
+    arrivals_ = dev_.zeros(DType::kI32, {dev_.sm_count() + 1});
 }
 
-void CudaBackend::attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor& positions,
-                                   const Rope& out_rope, const QueryPrep& q_prep) {
-    DI_CUDA_OP("attend_and_store");
-    if (launch_attention(seqs, a, &positions, &out_rope, q_prep)) return;
+void AttentionFamily::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) { launch(seqs, a, nullptr, nullptr); }
+
+void AttentionFamily::attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor& positions,
+                                       const Rope& out_rope, const QueryPrep& q_prep) {
+    if (launch(seqs, a, &positions, &out_rope, q_prep)) return;
     Tensor ring = a.ring, o = a.out.reshape({a.out.dim(0) * a.out.dim(1), a.out.dim(2)});
-    ring_write(seqs, a.kv, ring);
-    rope(o, positions, static_cast<int>(a.out.dim(1)), out_rope, true);
+    dev_.ring_write(seqs, a.kv, ring);
+    dev_.rope(o, positions, static_cast<int>(a.out.dim(1)), out_rope, true);
 }
 
-bool CudaBackend::launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
-                                   const Rope* out_rope, const QueryPrep& q_prep) {
+bool AttentionFamily::launch(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
+                             const Rope* out_rope, const QueryPrep& q_prep) {
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda attention: head_dim " + std::to_string(d) + " is above 512");
     DI_CUDA_REQUIRE(a.ring.dim(1) >= a.window - 1, "attention: ring shorter than the window");
     int n = total_tokens(seqs);
     if (n == 0) return true;
     // Too few (token, head) blocks to fill the GPU: the decode kernel splits the keys over blocks.
-    if (!invariant_ && n * heads < 2 * sm_count_ && launch_attention_decode(seqs, a, positions, out_rope, q_prep)) return true;
+    if (!dev_.invariant() && n * heads < 2 * dev_.sm_count() && launch_decode(seqs, a, positions, out_rope, q_prep))
+        return true;
     if (q_prep.norm || q_prep.rope != nullptr) {  // normalise and rope every query head in one pass first
         Tensor q = a.q.reshape({a.q.dim(0) * heads, d});
         NormRopeJob job{&q, q_prep.norm, nullptr, q_prep.eps, q_prep.rope, heads};
-        norm_rope_many({&job, 1}, *positions);
+        dev_.norm_rope_many({&job, 1}, *positions);
     }
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
-    auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
+    auto [dseqs, tables] = dev_.upload_seqs(seqs, comp ? a.entries : nullptr);
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));
-    if (!launch_attention_mma(p, n) && !launch_attention_tiled(p, n))
-        launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
+    if (!launch_mma(p, n) && !launch_tiled(p, n)) launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, dev_.stream(), p);
     return positions == nullptr;
 }
 
-void CudaBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
-    DI_CUDA_OP("block_attention");
+void AttentionFamily::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     DI_CUDA_REQUIRE(d <= kMaxPerLane * 32, "cuda block attention: head_dim " + std::to_string(d) + " is above 512");
     DI_CUDA_REQUIRE(a.ring.dtype() == DType::kF32, "cuda block attention: the ring must be fp32");
@@ -154,21 +153,42 @@ void CudaBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAtt
         DI_CUDA_REQUIRE(s.start_pos - s.window_from <= a.ring.dim(1), "cuda block attention: context longer than the ring");
     int n = total_tokens(seqs);
     if (n == 0) return;
-    auto [dseqs, tables] = upload_seqs(seqs, nullptr);
+    auto [dseqs, tables] = dev_.upload_seqs(seqs, nullptr);
     AttnParams p{a.q.data<float>(), a.kv.data<float>(), a.ring.data<float>(), nullptr, nullptr, dseqs, tables,
                  a.sinks.data<float>(), a.out.data<float>(), static_cast<int>(seqs.size()), heads, d,
                  static_cast<int>(a.ring.dim(1)), 0, attn::kBlockMode, 1, 0, 1, a.scale};
-    launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, stream(), p);
+    launch_pdl(attention_kernel, n * heads, 32 * kWarps, 0, dev_.stream(), p);
+}
+
+void AttentionFamily::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
+    int n = total_tokens(seqs);
+    if (n == 0) return;
+    auto [dseqs, tables] = dev_.upload_seqs(seqs, nullptr);
+    (void)tables;
+    launch_pdl(ring_write_kernel, n, 128, 0, dev_.stream(), dseqs, static_cast<int>(seqs.size()), kv.data<float>(),
+               ring.data<float>(), static_cast<int>(ring.dim(1)), static_cast<int>(ring.dim(2)));
+}
+
+// The backend's ops: one each, timed and recorded as such.
+void CudaBackend::attention(std::span<const SeqSlice> seqs, const AttentionArgs& a) {
+    DI_CUDA_OP("attention");
+    attention_->attention(seqs, a);
+}
+
+void CudaBackend::attend_and_store(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor& positions,
+                                   const Rope& out_rope, const QueryPrep& q_prep) {
+    DI_CUDA_OP("attend_and_store");
+    attention_->attend_and_store(seqs, a, positions, out_rope, q_prep);
+}
+
+void CudaBackend::block_attention(std::span<const SeqSlice> seqs, const BlockAttentionArgs& a) {
+    DI_CUDA_OP("block_attention");
+    attention_->block_attention(seqs, a);
 }
 
 void CudaBackend::ring_write(std::span<const SeqSlice> seqs, const Tensor& kv, Tensor& ring) {
     DI_CUDA_OP("ring_write");
-    int n = total_tokens(seqs);
-    if (n == 0) return;
-    auto [dseqs, tables] = upload_seqs(seqs, nullptr);
-    (void)tables;
-    launch_pdl(ring_write_kernel, n, 128, 0, stream(), dseqs, static_cast<int>(seqs.size()), kv.data<float>(),
-               ring.data<float>(), static_cast<int>(ring.dim(1)), static_cast<int>(ring.dim(2)));
+    attention_->ring_write(seqs, kv, ring);
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -179,36 +179,37 @@ __global__ void __launch_bounds__(kHeads * 32) attention_decode_kernel(AttnParam
 
 }  // namespace
 
-bool CudaBackend::launch_attention_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
-                                          const Rope* out_rope, const QueryPrep& q_prep) {
+bool AttentionFamily::launch_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
+                                    const Rope* out_rope, const QueryPrep& q_prep) {
     int heads = static_cast<int>(a.q.dim(1)), d = static_cast<int>(a.q.dim(2));
     int n = 0;
     for (const auto& s : seqs) n = std::max(n, s.token_begin + s.num_tokens);
     int groups = (heads + kHeads - 1) / kHeads;
-    if (!variants_.attention_decode || d % 4 != 0 || d > 128 * kSlices || n * groups > sm_count_)
-        return false;  // (the counters hold sm_count_ + 1)
+    int sms = dev_.sm_count();
+    if (!dev_.knobs().attention_decode || d % 4 != 0 || d > 128 * kSlices || n * groups > sms)
+        return false;  // (the counters hold one more than the SMs)
     bool comp = a.compressed != AttentionArgs::Compressed::kNone;
     long long max_keys = a.window;
     if (a.compressed == AttentionArgs::Compressed::kSelected) max_keys += a.selected.dim(1);
     if (a.compressed == AttentionArgs::Compressed::kAllVisible)
         for (const auto& s : seqs) max_keys = std::max<long long>(max_keys, a.window + (s.start_pos + s.num_tokens) / a.rate);
     // About one block per SM, shares of at least kMinShare keys.
-    int most = std::min(kMaxSplits, variants_.attention_decode_splits);
+    int most = std::min(kMaxSplits, dev_.knobs().attention_decode_splits);
     int splits = static_cast<int>(
-        std::clamp<long long>(std::min<long long>(sm_count_ / (n * groups), max_keys / kMinShare), 1, most));
-    auto [dseqs, tables] = upload_seqs(seqs, comp ? a.entries : nullptr);
-    Tensor partial = empty(DType::kF32, {static_cast<int64_t>(n) * heads * splits * (d + 2)});
+        std::clamp<long long>(std::min<long long>(sms / (n * groups), max_keys / kMinShare), 1, most));
+    auto [dseqs, tables] = dev_.upload_seqs(seqs, comp ? a.entries : nullptr);
+    Tensor partial = dev_.empty(DType::kF32, {static_cast<int64_t>(n) * heads * splits * (d + 2)});
     AttnParams p = attn::step_params(a, dseqs, tables, static_cast<int>(seqs.size()));
     p.q_norm = q_prep.norm;
     p.q_eps = q_prep.eps;
     if (q_prep.rope != nullptr)
         p.q_inv_freq = q_prep.rope->inv_freq.data<float>(), p.q_rope_dim = q_prep.rope->rope_dim,
         p.q_rope_scale = q_prep.rope->scale;
-    p.splits = splits, p.groups = groups, p.partial = partial.data<float>(), p.arrivals = attn_arrivals_.data<int>();
+    p.splits = splits, p.groups = groups, p.partial = partial.data<float>(), p.arrivals = arrivals_.data<int>();
     if (positions != nullptr)
         p.epi = {positions->data<long long>(), out_rope->inv_freq.data<float>(), out_rope->rope_dim, out_rope->scale, dseqs,
                  static_cast<int>(seqs.size()), a.kv.data<float>(), a.ring.data<float>(), static_cast<int>(a.ring.dim(1))};
-    launch_pdl(attention_decode_kernel, dim3(n * groups, splits), kHeads * 32, 0, stream(), p);
+    launch_pdl(attention_decode_kernel, dim3(n * groups, splits), kHeads * 32, 0, dev_.stream(), p);
     return true;
 }
 

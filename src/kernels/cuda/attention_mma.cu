@@ -194,18 +194,18 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) attention_mma_kernel(Attn
 
 }  // namespace
 
-bool CudaBackend::launch_attention_mma(const AttnParams& p, int tokens) {
-    if (!variants_.attention_mma || gemm_parts_ != 1 || invariant_ || p.mode == attn::kBlockMode || p.heads % kGroup != 0 ||
+bool AttentionFamily::launch_mma(const AttnParams& p, int tokens) {
+    if (!dev_.knobs().attention_mma || !dev_.fast_kernels() || p.mode == attn::kBlockMode || p.heads % kGroup != 0 ||
         p.d % 64 != 0 || p.d > kMaxDim)
         return false;
     size_t smem = MmaSmem::bytes(p.d + kRowPad);
-    if (smem > mma_attention_smem_) {  // raised once for the largest head_dim seen on this device
+    if (smem > mma_smem_) {  // raised once for the largest head_dim seen on this device
         for (auto kernel : {attention_mma_kernel<1>, attention_mma_kernel<2>})
             DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        mma_attention_smem_ = smem;
+        mma_smem_ = smem;
     }
-    auto kernel = variants_.attention_mma_blocks == 1 ? attention_mma_kernel<1> : attention_mma_kernel<2>;
-    launch_pdl(kernel, tokens * (p.heads / kGroup), kThreads, smem, stream(), p);
+    auto kernel = dev_.knobs().attention_mma_blocks == 1 ? attention_mma_kernel<1> : attention_mma_kernel<2>;
+    launch_pdl(kernel, tokens * (p.heads / kGroup), kThreads, smem, dev_.stream(), p);
     return true;
 }
 

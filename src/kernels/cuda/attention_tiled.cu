@@ -164,21 +164,21 @@ int head_group(int heads, int most) {
 
 }  // namespace
 
-bool CudaBackend::launch_attention_tiled(const AttnParams& p, int tokens) {
-    if (!variants_.attention_tiled || p.d % 4 != 0 || p.d > 4 * kQuadThreads * kSlices || p.mode == attn::kBlockMode)
+bool AttentionFamily::launch_tiled(const AttnParams& p, int tokens) {
+    if (!dev_.knobs().attention_tiled || p.d % 4 != 0 || p.d > 4 * kQuadThreads * kSlices || p.mode == attn::kBlockMode)
         return false;
     int group = head_group(p.heads, kMaxGroup);
     // Deterministic mode runs every step size here: steps too small to fill the GPU get smaller
     // groups (a head's arithmetic does not depend on its group, so the bits stay the same).
-    if (invariant_)
-        while (group > 1 && tokens * (p.heads / group) < 2 * sm_count_) group = head_group(p.heads, group - 1);
+    if (dev_.invariant())
+        while (group > 1 && tokens * (p.heads / group) < 2 * dev_.sm_count()) group = head_group(p.heads, group - 1);
     size_t smem = TileSmem::bytes(p.d + kPad);
-    if (smem > tiled_attention_smem_) {  // raised once for the largest head_dim seen on this device
+    if (smem > tiled_smem_) {  // raised once for the largest head_dim seen on this device
         DI_CUDA_CHECK(cudaFuncSetAttribute(attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
-        tiled_attention_smem_ = smem;
+        tiled_smem_ = smem;
     }
-    launch_pdl(attention_tiled_kernel, tokens * (p.heads / group), kThreads, smem, stream(), p, group);
+    launch_pdl(attention_tiled_kernel, tokens * (p.heads / group), kThreads, smem, dev_.stream(), p, group);
     return true;
 }
 

@@ -291,7 +291,7 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     if (n == 0) return;
     auto [dseqs, tables] = upload_seqs(seqs, a.keys);
     bool candidates = a.candidates_in.defined() || a.candidates_out.defined();
-    if (!candidates && max_visible <= a.top_k && !invariant_) {  // every visible entry is picked: no scores needed
+    if (!candidates && max_visible <= a.top_k && !invariant()) {  // every visible entry is picked: no scores needed
         IndexParams p{};
         p.seqs = dseqs, p.num_seqs = static_cast<int>(seqs.size()), p.out = a.out.data<int>();
         p.rate = a.rate, p.top_k = a.top_k;
@@ -314,7 +314,7 @@ void CudaBackend::indexer_topk(std::span<const SeqSlice> seqs, const IndexerArgs
     bool by_rank = max_visible <= kRankMaxVisible && static_cast<double>(n) * max_visible * max_visible <= 2e9;
     if (by_rank) {
         launch_pdl(index_rank_topk_kernel, n, 256, 0, stream(), p);
-    } else if (max_visible <= kSortMaxVisible && variants_.indexer_sort) {
+    } else if (max_visible <= kSortMaxVisible && knobs().indexer_sort) {
         int size = 2;
         while (size < max_visible) size *= 2;
         size_t sort_smem = size * sizeof(unsigned long long);

@@ -1,5 +1,5 @@
-// CUDA backend: memory, metadata upload, and the dense ops (GEMMs on cuBLAS with bf16 inputs and
-// fp32 accumulation; element-wise ops as small kernels).
+// CUDA backend: memory, metadata upload, and the element-wise dense ops as small kernels (the
+// products are in products.cu).
 #include <cstring>
 
 #include "kernels/cuda/cuda_backend.h"
@@ -14,30 +14,6 @@ size_t size_class(size_t bytes) {
     size_t c = 256;
     while (c < bytes) c <<= 1;
     return c;
-}
-
-// x [m, k] (row stride lda) as `parts` bf16 rows per row: part 0 = bf16(x) in rows [0, m), each
-// next part the bf16 of what the previous ones miss. Two parts carry ~16 mantissa bits of x,
-// three ~24 (fp32's), so bf16 weights multiply fp32 activations at that accuracy with one bf16
-// GEMM of parts * m rows (the weights are read once, which is what decode pays for).
-__global__ void split_bf16_kernel(const float* x, int64_t lda, __nv_bfloat16* y, int64_t m, int64_t k, int parts) {
-    pdl_prologue();
-    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i >= m * k) return;
-    int64_t r = i / k, c = i % k;
-    store_parts(x[r * lda + c], parts, y + i, m * k);
-}
-
-// y[r, j] (row stride ldy) (+)= Σ_p partial[p * m + r, j], smallest part first.
-__global__ void join_parts_kernel(const float* partial, int64_t m, int64_t n, int parts, float* y, int64_t ldy,
-                                  bool accumulate) {
-    pdl_prologue();
-    int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i >= m * n) return;
-    int64_t r = i / n, c = i % n;
-    float v = 0.0f;
-    for (int p = parts - 1; p >= 0; --p) v += partial[p * m * n + i];
-    y[r * ldy + c] = accumulate ? y[r * ldy + c] + v : v;
 }
 
 __global__ void embed_kernel(const int* ids, const void* table, bool bf16, int64_t d, int hc, float* out) {
@@ -237,13 +213,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     constexpr size_t kCublasWorkspace = 32u << 20;
     DI_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
     DI_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
-    graphs_ = std::make_unique<GraphRecorder>(stream_, variants_.graph_first_segment_ops, variants_.graph_segment_ops);
-    hc_arrivals_ = zeros(DType::kI32, {2 * kMaxHcSplitTokens});
-    attn_arrivals_ = zeros(DType::kI32, {sm_count_ + 1});
+    exec_ = std::make_unique<CudaExecution>(stream_);
+    attention_ = std::make_unique<AttentionFamily>(*this);
+    moe_ = std::make_unique<MoeFamily>(*this);
+    mhc_ = std::make_unique<MhcFamily>(*this);
 }
 
 CudaBackend::~CudaBackend() {
-    graphs_.reset();
+    if (exec_) exec_->release_graphs();
     cudaStreamSynchronize(stream_);
     destroy_transfer_queue();
     if (staging_ != nullptr) cudaFreeHost(staging_);
@@ -251,12 +228,6 @@ CudaBackend::~CudaBackend() {
     cublasDestroy(cublas_);
     cudaFree(cublas_workspace_);
     cudaStreamDestroy(stream_);
-}
-
-std::string CudaBackend::profile_report() {
-    GraphRecorder::Counts c = graphs_->counts();
-    return profiler_.report(stream_) + "graph segments so far: " + std::to_string(c.segments) + " launched, " +
-           std::to_string(c.updated) + " updated in place, " + std::to_string(c.instantiated) + " instantiated\n";
 }
 
 Tensor CudaBackend::empty(DType dtype, std::vector<int64_t> shape) {
@@ -279,14 +250,14 @@ Tensor CudaBackend::zeros(DType dtype, std::vector<int64_t> shape) {
 void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
     constexpr size_t kStagingBytes = 8u << 20;
     if (bytes > kStagingBytes / 4) {  // weights at load time: straight from pageable memory
-        graphs_->flush();              // (not a copy a graph may hold)
+        exec_->graphs().flush();              // (not a copy a graph may hold)
         DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
         return;
     }
     if (staging_ == nullptr) DI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_), kStagingBytes, cudaHostAllocDefault));
     size_t span = (bytes + 255) & ~size_t{255};
     if (staging_used_ + span > kStagingBytes) {  // wrap: every copy queued from the ring must have run
-        graphs_->flush();                          // (captured copies read the ring when launched)
+        exec_->graphs().flush();                          // (captured copies read the ring when launched)
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
         staging_used_ = 0;
     }
@@ -304,7 +275,7 @@ Tensor CudaBackend::upload(const Tensor& host) {
 }
 
 void CudaBackend::download(const Tensor& src, void* host_dst) {
-    graphs_->flush();
+    exec_->graphs().flush();
     DI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -338,54 +309,6 @@ const Tensor& CudaBackend::device_copy_of(std::vector<char> bytes) {
     return meta_.back().second;
 }
 
-void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate) {
-    int64_t n = w.dim(0), k = w.dim(-1);
-    if (m == 0 || n == 0) return;
-    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    if (invariant_ && w.dtype() == DType::kF32) {
-        det_gemm_f32(x, lda, w, y, ldy, m, accumulate);
-        return;
-    }
-    if (w.dtype() == DType::kF32) {  // column-major view: Yᵀ (n x m) = W (n x k) · Xᵀ (k x m)
-        DI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data<float>(), k, x, lda, &beta, y, ldy));
-        return;
-    }
-    DI_CUDA_REQUIRE(w.dtype() == DType::kBF16, std::string("cuda gemm: unsupported weight dtype ") + dtype_name(w.dtype()));
-    int64_t s = gemm_parts_;
-    if (invariant_) {
-        Tensor xb = split_parts(x, lda, m, k);
-        launch_det_gemm({xb.data<__nv_bfloat16>(), k, m * k, gemm_parts_, m, w.data<__nv_bfloat16>(), n, k, y, ldy, accumulate});
-        return;
-    }
-    GemvProduct one{x, &w, y, ldy};
-    if (gemv({&one, 1}, lda, m, accumulate)) return;
-    Tensor xb = split_parts(x, lda, m, k);
-    float zero = 0.0f;
-    if (s == 1) {  // activations rounded to bf16 (the fast precision): one product straight into y
-        DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
-                                     CUDA_R_16BF, k, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return;
-    }
-    Tensor partial = empty(DType::kF32, {s * m, n});
-    DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, s * m, k, &alpha, w.raw(), CUDA_R_16BF, k, xb.raw(),
-                                 CUDA_R_16BF, k, &zero, partial.raw(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    launch_pdl(join_parts_kernel, blocks_for(m * n, 256), 256, 0, stream_, partial.data<float>(), m, n, gemm_parts_, y,
-               ldy, accumulate);
-}
-
-bool CudaBackend::all_bf16_weights(std::span<const MatmulTarget> targets) {
-    for (const auto& t : targets)
-        if (t.w->dtype() != DType::kBF16) return false;
-    return true;
-}
-
-Tensor CudaBackend::split_parts(const float* x, int64_t lda, int64_t m, int64_t k) {
-    Tensor xb = empty(DType::kBF16, {gemm_parts_ * m, k});
-    launch_pdl(split_bf16_kernel, blocks_for(m * k, 256), 256, 0, stream_, x, lda, xb.data<__nv_bfloat16>(), m, k,
-               gemm_parts_);
-    return xb;
-}
-
 int CudaBackend::elementwise_blocks(int64_t n) const {
     // A block start costs about as much as a few hundred elements; a few waves keep every SM busy.
     return std::min(blocks_for(n, 256), sm_count_ * 16);
@@ -397,54 +320,6 @@ void CudaBackend::embed(const Tensor& ids, const Tensor& table, int hc, Tensor& 
     if (n == 0) return;
     launch_pdl(embed_kernel, n, 256, 0, stream_, ids.data<int>(), table.raw(), table.dtype() == DType::kBF16, d, hc,
                out.data<float>());
-}
-
-void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& y) {
-    DI_CUDA_OP("matmul");
-    int64_t k = w.dim(-1), m = x.numel() / k;
-    DI_CUDA_REQUIRE(x.numel() == m * k && y.numel() == m * w.dim(0),
-                    "matmul: x " + x.shape_string() + " · w " + w.shape_string() + " -> y " + y.shape_string() + " disagree");
-    gemm(x.data<float>(), k, w, y.data<float>(), w.dim(0), m);
-}
-
-void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
-    DI_CUDA_OP("matmul_many");
-    if (targets.empty()) return;
-    int64_t k = targets[0].w->dim(-1), m = x.numel() / k;
-    std::vector<GemvProduct> products;
-    for (const auto& t : targets) products.push_back({x.data<float>(), t.w, t.y->data<float>(), t.w->dim(0)});
-    bool shapes_agree = true;
-    for (const auto& t : targets) shapes_agree &= t.w->dim(-1) == k && t.y->numel() == m * t.w->dim(0);
-    if (invariant_ && shapes_agree && m > 0 && x.numel() == m * k && all_bf16_weights(targets)) {  // x split once
-        Tensor xb = split_parts(x.data<float>(), k, m, k);
-        for (const auto& t : targets)
-            launch_det_gemm({xb.data<__nv_bfloat16>(), k, m * k, gemm_parts_, m, t.w->data<__nv_bfloat16>(), t.w->dim(0), k,
-                             t.y->data<float>(), t.w->dim(0)});
-        return;
-    }
-    if (m == 0 || (!invariant_ && shapes_agree && x.numel() == m * k && gemv(products, k, m, false))) return;
-    for (const auto& t : targets) matmul(x, *t.w, *t.y);
-}
-
-void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, int groups, Tensor& y) {
-    DI_CUDA_OP("grouped_matmul");
-    int64_t k = w.dim(-1), rows = w.dim(0) / groups, m = x.numel() / (groups * k);
-    if (m == 0) return;
-    std::vector<Tensor> blocks;
-    for (int g = 0; g < groups; ++g) blocks.push_back(w.rows(g * rows, (g + 1) * rows));
-    std::vector<GemvProduct> products;
-    for (int g = 0; g < groups; ++g) products.push_back({x.data<float>() + g * k, &blocks[g], y.data<float>() + g * rows, groups * rows});
-    if (invariant_ && w.dtype() == DType::kBF16) {  // x split once; group g's columns start at g * k; one launch
-        Tensor xb = split_parts(x.data<float>(), groups * k, m, groups * k);
-        DetProduct p{xb.data<__nv_bfloat16>(), groups * k, m * groups * k, gemm_parts_, m, w.data<__nv_bfloat16>(), rows, k,
-                     y.data<float>(), groups * rows};
-        p.products = groups, p.z_a = k, p.z_w = rows * k, p.z_c = rows;
-        launch_det_gemm(p);
-        return;
-    }
-    if (!invariant_ && gemv(products, groups * k, m, false)) return;
-    for (int g = 0; g < groups; ++g)
-        gemm(x.data<float>() + g * k, groups * k, blocks[g], y.data<float>() + g * rows, groups * rows, m);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, Tensor& y) {
@@ -507,46 +382,10 @@ void CudaBackend::add(const Tensor& x, Tensor& y) {
     launch_pdl(add_kernel, elementwise_blocks(x.numel()), 256, 0, stream_, x.data<float>(), y.data<float>(), x.numel());
 }
 
-bool CudaBackend::set_variant(const std::string& name, int value) {
-    KernelVariants& v = variants_;
-    bool two_or_four = value == 2 || value == 4, four_or_eight = value == 4 || value == 8;
-    bool flag = value == 0 || value == 1;
-    if (name == "gemv_one_row_warp_rows" && two_or_four) v.gemv_warp_rows = value;
-    else if (name == "gemv_one_row_warp_unroll" && four_or_eight) v.gemv_warp_unroll = value;
-    else if (name == "gemv_one_row_block_rows" && two_or_four) v.gemv_block_rows = value;
-    else if (name == "gemv_prefetch_mib" && value >= 0 && value <= 48) v.gemv_prefetch_mib = value;
-    else if (name == "attention_decode" && flag) v.attention_decode = value == 1;
-    else if (name == "attention_tiled" && flag) v.attention_tiled = value == 1;
-    else if (name == "attention_mma" && flag) v.attention_mma = value == 1;
-    else if (name == "attention_mma_blocks" && (value == 1 || value == 2)) v.attention_mma_blocks = value;
-    else if (name == "indexer_sort" && flag) v.indexer_sort = value == 1;
-    else if (name == "indexer_mma" && flag) v.indexer_mma = value == 1;
-    else if (name == "moe_staged" && flag) v.moe_staged = value == 1;
-    else if (name == "moe_staged_max_pairs" && value >= 1024 && value <= 16384) v.moe_staged_max_pairs = value;
-    else if (name == "moe_staged_wide" && flag) v.moe_staged_wide = value == 1;
-    else if (name == "moe_grouped_mma" && flag) v.moe_grouped_mma = value == 1;
-    else if (name == "moe_mma_steps_in_flight" && (value == 1 || value == 4)) v.moe_mma_steps_in_flight = value;
-    else if (name == "attention_decode_splits" && value >= 1 && value <= 32) v.attention_decode_splits = value;
-    else if (name == "hc_site" && flag) v.hc_site = value == 1;
-    else if (name == "hc_site_tagged" && flag) v.hc_site_tagged = value == 1;
-    else if (name == "moe_up_unroll" && four_or_eight) v.moe_up_unroll = value;
-    else if (name == "moe_down_unroll" && four_or_eight) v.moe_down_unroll = value;
-    else if (name == "moe_shared_prefetch" && flag) v.moe_shared_prefetch = value == 1;
-    else if (name == "graph_first_segment_ops" && value >= 1 && value <= 1000) v.graph_first_segment_ops = value;
-    else if (name == "graph_segment_ops" && value >= 1 && value <= 1000) v.graph_segment_ops = value;
-    else return false;
-    variants_changed();
-    return true;
-}
-
-void CudaBackend::reset_variants() {
-    variants_ = KernelVariants{};
-    variants_changed();
-}
-
-void CudaBackend::variants_changed() {
-    graphs_->set_segment_ops(variants_.graph_first_segment_ops, variants_.graph_segment_ops);
-    gemv_blocks_per_sm_[0] = 0;  // the one-row warp kernel may have changed
+int CudaBackend::resident_blocks(const void* kernel, int threads) {
+    auto [it, added] = resident_blocks_.try_emplace(kernel, 0);
+    if (added) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, 0));
+    return it->second;
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {

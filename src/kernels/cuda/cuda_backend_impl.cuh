@@ -10,14 +10,16 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/graph_recorder.cuh"
-#include "kernels/cuda/op_profiler.cuh"
+#include "kernels/cuda/attention_family.cuh"
+#include "kernels/cuda/cuda_execution.cuh"
+#include "kernels/cuda/mhc_family.cuh"
+#include "kernels/cuda/moe_family.cuh"
 
 // Marks the enclosing function as one backend op: recorded into the step's graph segment when a
 // graph step is open (see GraphRecorder), timed when profiling is on (see OpProfiler).
 #define DI_CUDA_OP(name)                                                        \
-    ::deepinfer::kernels::cuda::GraphOpScope graph_scope__(graphs_.get()); \
-    ::deepinfer::kernels::cuda::OpProfiler::Scope op_scope__(&profiler_, name, stream_)
+    ::deepinfer::kernels::cuda::GraphOpScope graph_scope__(&exec_->graphs()); \
+    ::deepinfer::kernels::cuda::OpProfiler::Scope op_scope__(&exec_->profiler(), name, stream_)
 
 namespace deepinfer::kernels::cuda {
 
@@ -33,13 +35,6 @@ private:
     std::map<size_t, std::vector<void*>> free_;
 };
 
-// One routed expert's bf16 matrices, as the device-side MoE kernels index them.
-struct ExpertRows {
-    const __nv_bfloat16* w1;
-    const __nv_bfloat16* w3;
-    const __nv_bfloat16* w2;
-};
-
 // Per-sequence metadata as the kernels read it.
 struct DeviceSeq {
     int token_begin, num_tokens;
@@ -49,19 +44,9 @@ struct DeviceSeq {
     long long window_from;
 };
 
-struct HcPreArgs;  // mhc.cu
-namespace attn {
-struct AttnParams;  // attention_common.cuh
-}
 namespace indexer {
 struct IndexParams;  // indexer_common.cuh
 }
-
-// The RMSNorm hc_pre_norm folds into the collapse (weight null: none).
-struct CollapseNorm {
-    const float* weight = nullptr;
-    float eps = 0.0f;
-};
 
 class CudaBackend final : public Backend {
 public:
@@ -70,14 +55,8 @@ public:
 
     Device device() const override { return Device::kCuda; }
     const char* name() const override { return "cuda"; }
-    // Deterministic mode: every op takes one path whatever the batch (det_gemm.cu for products,
-    // the tiled attention kernel, scored indexer picks, the GEMM form of the mHC mixes, the
-    // device-grouped experts); see docs/architecture.md.
-    bool batch_invariant() const override { return invariant_; }
-    bool set_batch_invariant(bool on) override {
-        invariant_ = on;
-        return true;
-    }
+    Execution& execution() override { return *exec_; }
+    const Execution& execution() const override { return *exec_; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -155,8 +134,6 @@ public:
         int64_t ldy;
     };
     static constexpr int64_t kGemvMaxRows = 8;
-    // Steps of up to this many tokens compute the mHC mixes split over blocks, in one launch.
-    static constexpr int64_t kMaxHcSplitTokens = 64;
     bool gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate);
     // A batch-invariant product (det_gemm.cu) of bf16 activation parts (part p of row r at
     // a + p * part_stride + r * lda) and bf16 weights [n, k]: dense over m rows, or grouped by
@@ -184,21 +161,19 @@ public:
     // x's rows as `gemm_parts_` bf16 parts, part-major ([parts, m, k]).
     Tensor split_parts(const float* x, int64_t lda, int64_t m, int64_t k);
     static bool all_bf16_weights(std::span<const MatmulTarget> targets);
+    // What the op families share (attention_family.cuh, ...): the op stream, the SM count, the
+    // kernel knobs and the execution mode.
     cudaStream_t stream() const { return stream_; }
-    void set_matmul_precision(MatmulPrecision p) override {
-        gemm_parts_ = p == MatmulPrecision::kFp32 ? 3 : p == MatmulPrecision::kBf16x2 ? 2 : 1;
-    }
-    void set_profiling(bool on) override { profiler_.enable(on); }
-    // Graph steps are skipped while profiling (the per-op events would land inside the graphs).
-    void begin_graph_step(uint64_t shape) override {  // the mode's kernels differ: graphs of their own
-        if (!profiler_.enabled()) graphs_->begin_step(invariant_ ? shape ^ (uint64_t{1} << 63) : shape);
-    }
-    void end_graph_step(bool launch) override { graphs_->end_step(launch); }
-    void set_graphs(bool on) override { graphs_->set_enabled(on); }
-    // See KernelVariants.
-    bool set_variant(const std::string& name, int value) override;
-    void reset_variants() override;
-    std::string profile_report() override;
+    int sm_count() const { return sm_count_; }
+    const CudaKernelConfig& knobs() const { return exec_->knobs(); }
+    bool invariant() const { return exec_->batch_invariant(); }
+    int gemm_parts() const { return exec_->gemm_parts(); }
+    bool fast_kernels() const { return exec_->fast_kernels(); }
+    GraphRecorder& graphs() { return exec_->graphs(); }
+    // Blocks of `kernel` (`threads` a block, no dynamic shared memory) an SM holds at once,
+    // looked up once per kernel.
+    int resident_blocks(const void* kernel, int threads);
+    cublasHandle_t cublas() const { return cublas_; }
 
     // Sequence slices (+ their block tables, when given) as a device array of DeviceSeq, and the
     // flat tables after it. Returns {seqs, tables}; valid for the next few calls on this stream.
@@ -212,77 +187,12 @@ public:
 private:
     // Grid for 256-thread element-wise kernels that stride over n elements.
     int elementwise_blocks(int64_t n) const;
-    // hc_pre / hc_mix / hc_pre_norm: collapsed (or pre) + post + comb; with a norm weight the
-    // collapsed rows are RMS-normalised and weighted in the same kernel.
-    void mix_coefficients(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
-                          const MhcParams& p, float* collapsed, float* pre, Tensor& post, Tensor& comb,
-                          CollapseNorm norm = {});
-    // The attention kernels (attention.cu): steps of a few tokens go to launch_attention_decode,
-    // which prepares the queries in registers and, with positions and out_rope
-    // (attend_and_store), stores the step's keys and de-ropes the output in its merge; other
-    // steps get a norm/rope pass first and, in the fast precision, the tensor-core kernel
-    // (attention_mma.cu), else the tiled kernel (attention_tiled.cu) or, where it does not fit, a
-    // block per (token, head). Returns whether the keys
-    // were stored and the output de-roped (or nothing was to do).
-    bool launch_attention(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
-                          const Rope* out_rope, const QueryPrep& q_prep = {});
-    // attention_tiled.cu (a block per token and head group, keys staged in shared memory); false
-    // when the step does not fit it (head_dim not a multiple of 4 or above 512, DSpark blocks) or
-    // the variant is off.
-    bool launch_attention_tiled(const attn::AttnParams& p, int tokens);
-    // attention_mma.cu (bf16 queries and keys on tensor cores); false outside the fast precision,
-    // in deterministic mode, for DSpark blocks, heads not a multiple of 32, head_dim not a
-    // multiple of 64 or above 512, or with the variant off.
-    bool launch_attention_mma(const attn::AttnParams& p, int tokens);
     // indexer_mma.cu: the indexer's scores on tensor cores (bf16 queries and keys); false outside
     // the fast precision, in deterministic mode, above 64 heads or 128 dims, for heads or dims not
     // a multiple of 16, or with the variant off.
     bool launch_index_scores_mma(const indexer::IndexParams& p, int tokens);
-    // moe_staged.cu: the grouped experts' up and down products in the fast precision with the
-    // weights staged through shared memory (variant moe_staged); xb: [pairs' tokens, d] bf16,
-    // hb: [pairs, inter] bf16 scratch, y: [pairs, d] weighted per pair.
-    void launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets, const ExpertRows* rows,
-                           int experts, int pairs, int top_k, int inter, float limit, __nv_bfloat16* hb,
-                           const float* weights, float* y);
-    // attention_decode.cu; false when the step does not fit it (head_dim not a multiple of 4 or
-    // above 512, more (token, head group) pairs than SMs).
-    bool launch_attention_decode(std::span<const SeqSlice> seqs, const AttentionArgs& a, const Tensor* positions,
-                                 const Rope* out_rope, const QueryPrep& q_prep);
-    // One mHC site's launch over split blocks with a barrier (mhc.cu), when the grid fits on the
-    // GPU at once; y non-null also applies the previous site's stream update first.
-    bool launch_hc_site(const HcPreArgs& a, int64_t n, float* streams, const float* y, const float* fn);
-    // Passes the variants on to what caches or holds a copy of them (graph segments, occupancy).
-    void variants_changed();
     void candidate_stage(std::span<const SeqSlice> seqs, const IndexerArgs& a, Tensor& scores, int64_t ld);
     const Tensor& device_copy_of(std::vector<char> bytes);
-    const ExpertRows* expert_rows(std::span<const ExpertWeights> experts);
-    // GEMMs y = w · b per expert (column-major view: n_out x rows, k deep; w bf16 [n_out, k] row-major,
-    // b bf16 [rows, k], c fp32 [rows, n_out]), as one grouped call where cuBLAS has one.
-    struct ExpertGemm {
-        const void* w;
-        const void* b;
-        float* c;
-        int n_out, rows, k;
-    };
-    void expert_gemms(const std::vector<ExpertGemm>& list);
-    // (token, slot) pairs grouped by expert on the host: each expert's tokens ascending, a token
-    // routed twice to one expert (hash routing) once, with the weights added.
-    struct ExpertTokens {
-        std::vector<std::vector<int>> tokens;
-        std::vector<std::vector<float>> weights;
-    };
-    void moe_experts_gemm(const Tensor& x, const ExpertTokens& by_expert, int top_k, std::span<const ExpertWeights> experts,
-                          float limit, Tensor& out);
-    // Steps of up to kMaxPerPairs (token, slot) pairs run the experts straight from the device ids.
-    static constexpr int64_t kMaxPerPairs = 64;
-    void moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, ExpertRows shared,
-                      int inter, float limit, Tensor& out);
-    void moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows, int experts,
-                             int inter, float limit, Tensor& out);
-    // Deterministic mode's routed experts (det_gemm.cu's grouped products): pairs grouped by
-    // expert on the device, every pair its own row, slots added in slot order.
-    void moe_experts_invariant(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
-                               float limit, Tensor& out);
 
     int device_;
     int sm_count_ = 0;
@@ -297,63 +207,15 @@ private:
     cublasHandle_t cublas_ = nullptr;
     std::shared_ptr<DeviceAllocator> allocator_ = DeviceAllocator::create();
     std::vector<std::pair<std::vector<char>, Tensor>> meta_;  // recent metadata uploads, oldest first
-    OpProfiler profiler_;
-    std::unique_ptr<GraphRecorder> graphs_;  // on stream_; destroyed before it
+    std::unique_ptr<CudaExecution> exec_;  // its graphs are on stream_: released before it
+    // The op families, made once the stream and memory are up.
+    std::unique_ptr<AttentionFamily> attention_;
+    std::unique_ptr<MoeFamily> moe_;
+    std::unique_ptr<MhcFamily> mhc_;
     void* cublas_workspace_ = nullptr;        // cuBLAS under graph capture must not allocate its own
-    int gemm_parts_ = 2;           // bf16 parts per fp32 activation in GEMMs
-    bool invariant_ = false;       // deterministic mode (batch_invariant)
-    int gemv_blocks_per_sm_[kGemvMaxRows] = {};  // resident blocks of gemv_warp_kernel<m>, looked up once
-    // Kernel choices that set_variant can change for A/B measurements (defaults: the measured
-    // best). Names: gemv_one_row_warp_rows 2|4, gemv_one_row_warp_unroll 4|8,
-    // gemv_one_row_block_rows 2|4 (one activation row's GEMV tasks); attention_decode 0|1 (0:
-    // small steps on the block-per-(token, head) kernel); attention_tiled 0|1 (0: large steps on
-    // the block-per-(token, head) kernel); attention_mma 0|1 (0: large steps of the fast precision
-    // on the fp32 tiled kernel); attention_mma_blocks 1|2 (blocks an SM the tensor-core kernel's
-    // register cap is set for); indexer_mma 0|1 (0: the fast precision's indexer scores on CUDA
-    // cores in fp32); moe_staged 0|1 (the fast precision's grouped experts with weights staged
-    // through shared memory by cp.async, moe_staged.cu); moe_staged_max_pairs 1024..16384 (the most
-    // (token, slot) pairs those kernels take; more: grouped cuBLAS GEMMs); moe_staged_wide 0|1
-    // (passes of 128 pairs where experts average more than 64); indexer_sort 0|1 (0: long prefills' indexer picks by
-    // repeated argmax instead of a sort); moe_grouped_mma 0|1 (0: experts grouped on the device on
-    // CUDA cores with fp32 activations); moe_mma_steps_in_flight 1|4 (k steps of weights the
-    // tensor-core expert kernels request before their products); attention_decode_splits 1..32 (most
-    // key shares per (token, head group)); hc_site 0|1 (0: mHC sites as last-block kernels);
-    // hc_site_tagged 0|1 (the site's blocks exchange sums as tagged words, 0: behind a barrier);
-    // moe_up_unroll / moe_down_unroll 4|8 (per-pair expert kernels' strides in flight);
-    // moe_shared_prefetch 0|1 (those kernels start the shared expert's rows into L2 before the
-    // PDL wait; measured slower: 2.02 vs 1.97-2.00 ms, flash-dims batch 1);
-    // graph_first_segment_ops / graph_segment_ops 1..1000 (outer ops in a step's first captured
-    // graph segment; each later one doubles, up to graph_segment_ops); gemv_prefetch_mib 0..48
-    // (weights a GEMV prefetches into L2 before its PDL wait: the batch-1 step of flash-dims ran
-    // 2.13 ms eager with 16 MiB, 2.09 with none; docs/benchmarks.md).
-    struct KernelVariants {
-        int gemv_warp_rows = 2, gemv_warp_unroll = 8, gemv_block_rows = 4, gemv_prefetch_mib = 0;
-        bool attention_decode = true, attention_tiled = true, attention_mma = true, indexer_sort = true;
-        bool indexer_mma = true, moe_grouped_mma = true, moe_staged = true;
-        int attention_decode_splits = 16, moe_mma_steps_in_flight = 4, attention_mma_blocks = 2;
-        int moe_staged_max_pairs = 1024;
-        bool moe_staged_wide = false;  // not yet run on a GPU
-        bool hc_site = true, hc_site_tagged = true;
-        int moe_up_unroll = 8, moe_down_unroll = 8;
-        bool moe_shared_prefetch = false;
-        int graph_first_segment_ops = 4, graph_segment_ops = 48;
-    } variants_;
-    bool grouped_gemm_ok_ = true;  // cleared when cuBLAS reports no grouped GEMM for bf16 -> fp32
-    Tensor hc_arrivals_;  // [2, kMaxHcSplitTokens] int32 split-block counters per token (mhc.cu), zero between launches
-    size_t tiled_attention_smem_ = 0;  // dynamic shared memory the tiled attention kernel may use
-    size_t mma_attention_smem_ = 0;    // and the tensor-core one
-    bool moe_staged_smem_set_[2] = {};  // the staged expert kernels (64 / 128 pairs a pass) may use their shared memory
-    Tensor attn_arrivals_;  // [sm_count_ + 1] int32 split-attention counters (attention.cu), zero between launches
-    int hc_site_resident_ = 0;  // blocks of hc_site_kernel an SM holds at once, looked up once
-    Tensor hc_site_words_;      // the mHC sites' tagged partial sums (mhc.cu), allocated at first use
-    unsigned hc_site_tag_ = 0;  // the last site launch's tag
+    std::map<const void*, int> resident_blocks_;  // resident_blocks(), by kernel
     char* staging_ = nullptr;  // pinned ring for small host -> device copies
     size_t staging_used_ = 0;
-    struct ExpertRowTable {
-        std::vector<ExpertRows> host;
-        Tensor device;
-    };
-    std::map<const ExpertWeights*, ExpertRowTable> expert_rows_;  // per MoE layer
 };
 
 }  // namespace deepinfer::kernels::cuda

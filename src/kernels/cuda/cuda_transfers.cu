@@ -23,7 +23,7 @@ void CudaBackend::begin_transfers() {
         DI_CUDA_CHECK(cudaEventCreateWithFlags(&main_done_, cudaEventDisableTiming));
         DI_CUDA_CHECK(cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
     }
-    graphs_->flush();  // recorded work must be on the stream before the event
+    exec_->graphs().flush();  // recorded work must be on the stream before the event
     DI_CUDA_CHECK(cudaEventRecord(main_done_, stream_));
     DI_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, main_done_, 0));
 }

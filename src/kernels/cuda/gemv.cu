@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) gemv_warp_kernel(GemvArgs a) {
 
 using Kernel = void (*)(GemvArgs);
 
-// One row of x: its kernels by variant (CudaBackend::KernelVariants; the defaults are warp tasks
+// One row of x: its kernels by knob (CudaKernelConfig::gemv_one_row_*; the defaults are warp tasks
 // of 2 rows with 8 strides in flight and block tasks of 4 rows): [rows 2|4][unroll 4|8], [rows 2|4].
 constexpr Kernel kOneRowWarp[2][2] = {{gemv_warp_kernel<1, 2, 4>, gemv_warp_kernel<1, 2, 8>},
                                       {gemv_warp_kernel<1, 4, 4>, gemv_warp_kernel<1, 4, 8>}};
@@ -169,18 +169,18 @@ bool CudaBackend::gemv(std::span<const GemvProduct> products, int64_t lda, int64
             return false;
         a.parts[i] = {p.x, p.w->data<__nv_bfloat16>(), p.y, p.w->dim(0), p.ldy, 0};
     }
-    const KernelVariants& v = variants_;
-    Kernel warp_kernel = m == 1 ? kOneRowWarp[v.gemv_warp_rows == 4][v.gemv_warp_unroll == 8] : kWarpTasks[m - 2];
-    int& resident = gemv_blocks_per_sm_[m - 1];  // blocks of the warp kernel that fit on an SM at once
-    if (resident == 0) DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, warp_kernel, kThreads, 0));
-    int wave = sm_count_ * std::max(resident, 1);  // blocks in one wave
+    const CudaKernelConfig& v = knobs();
+    Kernel warp_kernel =
+        m == 1 ? kOneRowWarp[v.gemv_one_row_warp_rows == 4][v.gemv_one_row_warp_unroll == 8] : kWarpTasks[m - 2];
+    int wave = sm_count_ * std::max(resident_blocks(reinterpret_cast<const void*>(warp_kernel), kThreads), 1);
     int64_t prefetch = int64_t{v.gemv_prefetch_mib} << 20;
     if (assign_tasks(a, 4, prefetch) < wave * kWarps) {
-        if (m == 1 && v.gemv_block_rows != 4) assign_tasks(a, v.gemv_block_rows, prefetch);
-        launch_pdl(m == 1 ? kOneRowBlock[v.gemv_block_rows == 4] : kBlockTasks[m - 2], a.tasks, kThreads, 0, stream_, a);
+        int block_rows = v.gemv_one_row_block_rows;
+        if (m == 1 && block_rows != 4) assign_tasks(a, block_rows, prefetch);
+        launch_pdl(m == 1 ? kOneRowBlock[block_rows == 4] : kBlockTasks[m - 2], a.tasks, kThreads, 0, stream_, a);
         return true;
     }
-    if (m == 1) assign_tasks(a, v.gemv_warp_rows, prefetch);
+    if (m == 1) assign_tasks(a, v.gemv_one_row_warp_rows, prefetch);
     launch_pdl(warp_kernel, wave, kThreads, 0, stream_, a);
     return true;
 }

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) index_scores_mma_kernel(IndexParams 
 }  // namespace
 
 bool CudaBackend::launch_index_scores_mma(const IndexParams& p, int tokens) {
-    if (!variants_.indexer_mma || gemm_parts_ != 1 || invariant_ || p.heads % 16 != 0 || p.heads > kMaxHeads ||
+    if (!knobs().indexer_mma || gemm_parts() != 1 || invariant() || p.heads % 16 != 0 || p.heads > kMaxHeads ||
         p.dim % 16 != 0 || p.dim > kMaxDim)
         return false;
     size_t smem = sizeof(__nv_bfloat16) * (p.heads + kTileEntries) * (p.dim + kRowPad) + sizeof(float) * 4 * kTileEntries;

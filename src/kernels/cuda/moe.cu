@@ -77,7 +77,7 @@ bool all_bf16(std::span<const ExpertWeights> experts) {
 // h[pair, i] = silu(min(w1_i · x, limit)) * clamp(w3_i · x, ±limit) for pair = (token, slot).
 // With a shared expert (shared.w1 non-null) every token has one more slot, after its routed ones,
 // whose rows are known before the routing: with `prefetch` its blocks start them loading into L2
-// before the PDL wait (KernelVariants::moe_shared_prefetch, off: measured slower in the step).
+// before the PDL wait (CudaKernelConfig::moe_shared_prefetch, off: measured slower in the step).
 // Rows are read with 16-byte loads: d and inter are multiples of 8 on this path.
 template <bool Shared, int Unroll>
 __global__ void moe_up_kernel(const float* x, const int* ids, const ExpertRows* ex, ExpertRows shared, int top_k, int d,
@@ -154,21 +154,20 @@ __global__ void scatter_kernel(const float* y, const int* rows, const float* w, 
 
 }  // namespace
 
-void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
-                            float scaling, Tensor& ids, Tensor& weights) {
-    DI_CUDA_OP("moe_route");
+void MoeFamily::moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                          float scaling, Tensor& ids, Tensor& weights) {
     int64_t n = logits.dim(0);
     if (n == 0) return;
     DI_CUDA_REQUIRE(logits.dim(1) <= 32 * kMaxExpertsPerLane, "cuda moe_route: more than 1024 experts");
     DI_CUDA_REQUIRE(top_k <= 32, "cuda moe_route: more than 32 experts per token");
-    launch_pdl(route_kernel, blocks_for(n, 4), 128, 0, stream(), logits.data<float>(),
+    launch_pdl(route_kernel, blocks_for(n, 4), 128, 0, dev_.stream(), logits.data<float>(),
                bias ? bias->data<float>() : nullptr, tid2eid ? tid2eid->raw() : nullptr,
                tid2eid && tid2eid->dtype() == DType::kI64, token_ids ? token_ids->data<int>() : nullptr, n,
                static_cast<int>(logits.dim(1)), top_k, scaling, ids.data<int>(), weights.data<float>());
 }
 
 // The experts' row pointers on the device, uploaded again only when the weights change.
-const ExpertRows* CudaBackend::expert_rows(std::span<const ExpertWeights> experts) {
+const ExpertRows* MoeFamily::expert_rows(std::span<const ExpertWeights> experts) {
     if (!all_bf16(experts)) return nullptr;
     std::vector<ExpertRows> rows;
     for (const auto& e : experts) {
@@ -178,16 +177,15 @@ const ExpertRows* CudaBackend::expert_rows(std::span<const ExpertWeights> expert
     if (cached.host.size() != rows.size() ||
         std::memcmp(cached.host.data(), rows.data(), rows.size() * sizeof(ExpertRows)) != 0) {
         cached.host = rows;
-        cached.device = empty(DType::kU8, {static_cast<int64_t>(rows.size() * sizeof(ExpertRows))});
+        cached.device = dev_.empty(DType::kU8, {static_cast<int64_t>(rows.size() * sizeof(ExpertRows))});
         // On the op stream: the allocator hands out memory that is free in this stream's order only.
-        copy_to_device(cached.device.raw(), cached.host.data(), rows.size() * sizeof(ExpertRows));
+        dev_.copy_to_device(cached.device.raw(), cached.host.data(), rows.size() * sizeof(ExpertRows));
     }
     return static_cast<const ExpertRows*>(cached.device.raw());
 }
 
-void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
-                              float limit, Tensor& out) {
-    DI_CUDA_OP("moe_experts");
+void MoeFamily::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                            float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
     if (n == 0) return;
     // Up to kMaxPerPairs (token, slot) pairs each pair reads its expert's rows (fewest launches;
@@ -198,9 +196,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     // step; 384 pairs 12.8 ms grouped vs 36 ms per-expert GEMMs; 6,144 pairs GEMMs win.
     // The staged kernels of the fast precision stay ahead of the GEMMs longer (variant
     // moe_staged_max_pairs: short prefills too, without the host round trip).
-    int64_t max_grouped = gemm_parts_ == 1 && variants_.moe_staged ? variants_.moe_staged_max_pairs : 1024;
+    int64_t max_grouped = dev_.gemm_parts() == 1 && dev_.knobs().moe_staged ? dev_.knobs().moe_staged_max_pairs : 1024;
     int64_t pairs = n * top_k;
-    if (invariant_ && all_bf16(experts)) {  // other weights: the per-expert loop below is invariant too
+    if (dev_.invariant() && all_bf16(experts)) {  // other weights: the per-expert loop below is invariant too
         moe_experts_invariant(x, ids, weights, experts, limit, out);
         return;
     }
@@ -218,10 +216,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     }
     std::vector<int> h_ids(n * top_k);
     std::vector<float> h_w(n * top_k);
-    graphs_->flush();  // the routing has to run before the host reads it
-    DI_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()));
-    DI_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    dev_.graphs().flush();  // the routing has to run before the host reads it
+    DI_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * sizeof(int), cudaMemcpyDeviceToHost, dev_.stream()));
+    DI_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.stream()));
+    DI_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
     for (int id : h_ids)
         DI_CUDA_REQUIRE(id >= 0 && id < static_cast<int>(experts.size()), "moe: expert id " + std::to_string(id) + " out of range");
     ExpertTokens by_expert{std::vector<std::vector<int>>(experts.size()), std::vector<std::vector<float>>(experts.size())};
@@ -236,73 +234,91 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
         rows[e].push_back(token);
         wts[e].push_back(h_w[i]);
     }
-    if (all_bf16(experts)) {  // not invariant_: that returned above
+    if (all_bf16(experts)) {  // not dev_.invariant(): that returned above
         moe_experts_gemm(x, by_expert, static_cast<int>(top_k), experts, limit, out);
         return;
     }
     for (size_t e = 0; e < experts.size(); ++e) {
         int64_t m = static_cast<int64_t>(rows[e].size()), inter = experts[e].w1.dim(0);
         if (m == 0) continue;
-        Tensor meta = empty(DType::kI32, {2 * m});
-        copy_to_device(meta.raw(), rows[e].data(), m * sizeof(int));
-        copy_to_device(meta.data<int>() + m, wts[e].data(), m * sizeof(float));
-        Tensor xe = empty(DType::kF32, {m, d}), g = empty(DType::kF32, {m, inter}), u = empty(DType::kF32, {m, inter});
-        Tensor ye = empty(DType::kF32, {m, d});
-        launch_pdl(gather_kernel, m, 256, 0, stream(), x.data<float>(), meta.data<int>(), d, xe.data<float>());
-        gemm(xe.data<float>(), d, experts[e].w1, g.data<float>(), inter, m);
-        gemm(xe.data<float>(), d, experts[e].w3, u.data<float>(), inter, m);
-        swiglu(g, u, limit, g);
-        gemm(g.data<float>(), inter, experts[e].w2, ye.data<float>(), d, m);
-        launch_pdl(scatter_kernel, m, 256, 0, stream(), ye.data<float>(), meta.data<int>(),
+        Tensor meta = dev_.empty(DType::kI32, {2 * m});
+        dev_.copy_to_device(meta.raw(), rows[e].data(), m * sizeof(int));
+        dev_.copy_to_device(meta.data<int>() + m, wts[e].data(), m * sizeof(float));
+        Tensor xe = dev_.empty(DType::kF32, {m, d}), g = dev_.empty(DType::kF32, {m, inter}), u = dev_.empty(DType::kF32, {m, inter});
+        Tensor ye = dev_.empty(DType::kF32, {m, d});
+        launch_pdl(gather_kernel, m, 256, 0, dev_.stream(), x.data<float>(), meta.data<int>(), d, xe.data<float>());
+        dev_.gemm(xe.data<float>(), d, experts[e].w1, g.data<float>(), inter, m);
+        dev_.gemm(xe.data<float>(), d, experts[e].w3, u.data<float>(), inter, m);
+        dev_.swiglu(g, u, limit, g);
+        dev_.gemm(g.data<float>(), inter, experts[e].w2, ye.data<float>(), d, m);
+        launch_pdl(scatter_kernel, m, 256, 0, dev_.stream(), ye.data<float>(), meta.data<int>(),
                    reinterpret_cast<const float*>(meta.data<int>() + m), d, out.data<float>());
     }
 }
 
 // Up to kMaxPerPairs (token, slot) pairs: each pair reads its expert's rows (one warp per row),
 // plus the shared expert's slot per token when `shared` has rows.
-void CudaBackend::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
-                               ExpertRows shared, int inter, float limit, Tensor& out) {
+void MoeFamily::moe_per_pair(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
+                             ExpertRows shared, int inter, float limit, Tensor& out) {
     bool with_shared = shared.w1 != nullptr;
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), slots = top_k + with_shared;
     constexpr int kWarpsPerBlock = 8;
-    Tensor h = empty(DType::kF32, {n * slots, inter});
+    Tensor h = dev_.empty(DType::kF32, {n * slots, inter});
     // Without a shared slot the kernels compile without its branches (measured: batch 8 of the
     // flash-dims checkpoint ran its up-projection 17% slower with them in).
     dim3 up(static_cast<unsigned>(n * slots), static_cast<unsigned>((inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    // [shared slot][unroll 8] (KernelVariants::moe_up_unroll / moe_down_unroll: loads in flight per lane).
+    // [shared slot][unroll 8] (CudaKernelConfig::moe_up_unroll / moe_down_unroll: loads in flight per lane).
     using UpKernel = decltype(&moe_up_kernel<false, 4>);
     using DownKernel = decltype(&moe_down_kernel<false, 4>);
     constexpr UpKernel kUp[2][2] = {{moe_up_kernel<false, 4>, moe_up_kernel<false, 8>},
                                     {moe_up_kernel<true, 4>, moe_up_kernel<true, 8>}};
     constexpr DownKernel kDown[2][2] = {{moe_down_kernel<false, 4>, moe_down_kernel<false, 8>},
                                         {moe_down_kernel<true, 4>, moe_down_kernel<true, 8>}};
-    launch_pdl(kUp[with_shared][variants_.moe_up_unroll == 8], up, 32 * kWarpsPerBlock, 0, stream(),
+    launch_pdl(kUp[with_shared][dev_.knobs().moe_up_unroll == 8], up, 32 * kWarpsPerBlock, 0, dev_.stream(),
                x.data<float>(), ids.data<int>(), rows, shared, static_cast<int>(top_k), static_cast<int>(d), inter, limit,
-               variants_.moe_shared_prefetch, h.data<float>());
+               dev_.knobs().moe_shared_prefetch, h.data<float>());
     dim3 down(static_cast<unsigned>(n), static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    launch_pdl(kDown[with_shared][variants_.moe_down_unroll == 8], down, 32 * kWarpsPerBlock, 0, stream(),
+    launch_pdl(kDown[with_shared][dev_.knobs().moe_down_unroll == 8], down, 32 * kWarpsPerBlock, 0, dev_.stream(),
                h.data<float>(), ids.data<int>(), weights.data<float>(), rows, shared, static_cast<int>(top_k),
-               static_cast<int>(d), inter, !with_shared, variants_.moe_shared_prefetch, out.data<float>());
+               static_cast<int>(d), inter, !with_shared, dev_.knobs().moe_shared_prefetch, out.data<float>());
 }
 
-void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
-                          const ExpertWeights& shared, float limit, Tensor& out) {
-    DI_CUDA_OP("moe_ffn");
+void MoeFamily::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                        const ExpertWeights& shared, float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1);
     int inter = static_cast<int>(experts[0].w1.dim(0));
     ExpertWeights one[] = {shared};
     // One token only: the per-pair kernels read an expert's rows once per token, so for more
     // tokens the shared expert's GEMV (rows read once for all) wins (measured on the H200: batch 8
     // of the flash-dims checkpoint 8.5 ms with it as a slot, 7.7 ms as a GEMV).
-    bool fits = !invariant_ && n == 1 && top_k < kMaxDownSlots && d % 8 == 0 && inter % 8 == 0 && all_bf16(one) &&
+    bool fits = !dev_.invariant() && n == 1 && top_k < kMaxDownSlots && d % 8 == 0 && inter % 8 == 0 && all_bf16(one) &&
                 shared.w1.dim(0) == inter;
     const ExpertRows* rows = fits ? expert_rows(experts) : nullptr;
     if (rows == nullptr) {  // longer steps: the shared expert's GEMMs, then the routed path
-        Backend::moe_ffn(x, ids, weights, experts, shared, limit, out);
+        dev_.Backend::moe_ffn(x, ids, weights, experts, shared, limit, out);
         return;
     }
     ExpertRows s{shared.w1.data<__nv_bfloat16>(), shared.w3.data<__nv_bfloat16>(), shared.w2.data<__nv_bfloat16>()};
     moe_per_pair(x, ids, weights, rows, s, inter, limit, out);
+}
+
+// The backend's ops: one each, timed and recorded as such.
+void CudaBackend::moe_route(const Tensor& logits, const Tensor* bias, const Tensor* tid2eid, const Tensor* token_ids, int top_k,
+                            float scaling, Tensor& ids, Tensor& weights) {
+    DI_CUDA_OP("moe_route");
+    moe_->moe_route(logits, bias, tid2eid, token_ids, top_k, scaling, ids, weights);
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                              float limit, Tensor& out) {
+    DI_CUDA_OP("moe_experts");
+    moe_->moe_experts(x, ids, weights, experts, limit, out);
+}
+
+void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
+                          const ExpertWeights& shared, float limit, Tensor& out) {
+    DI_CUDA_OP("moe_ffn");
+    moe_->moe_ffn(x, ids, weights, experts, shared, limit, out);
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -67,7 +67,7 @@ __global__ void combine_rows_kernel(const float* y, const int* token_rows, int p
 
 }  // namespace
 
-void CudaBackend::expert_gemms(const std::vector<ExpertGemm>& list) {
+void MoeFamily::expert_gemms(const std::vector<ExpertGemm>& list) {
     float one = 1.0f, zero = 0.0f;
     if (grouped_gemm_ok_ && !list.empty()) {
         int g = static_cast<int>(list.size());
@@ -79,10 +79,10 @@ void CudaBackend::expert_gemms(const std::vector<ExpertGemm>& list) {
             m[i] = list[i].n_out, n[i] = list[i].rows, k[i] = list[i].k;
             ptrs[i] = list[i].w, ptrs[g + i] = list[i].b, ptrs[2 * g + i] = list[i].c;
         }
-        Tensor dev = empty(DType::kU8, {static_cast<int64_t>(ptrs.size() * sizeof(void*))});
-        copy_to_device(dev.raw(), ptrs.data(), ptrs.size() * sizeof(void*));
+        Tensor dev = dev_.empty(DType::kU8, {static_cast<int64_t>(ptrs.size() * sizeof(void*))});
+        dev_.copy_to_device(dev.raw(), ptrs.data(), ptrs.size() * sizeof(void*));
         auto* d = static_cast<const void**>(dev.raw());
-        cublasStatus_t st = cublasGemmGroupedBatchedEx(cublas_, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
+        cublasStatus_t st = cublasGemmGroupedBatchedEx(dev_.cublas(), ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
                                                        d, CUDA_R_16BF, k.data(), d + g, CUDA_R_16BF, k.data(), beta.data(),
                                                        const_cast<void**>(d + 2 * g), CUDA_R_32F, m.data(), g, sizes.data(),
                                                        CUBLAS_COMPUTE_32F);
@@ -92,14 +92,14 @@ void CudaBackend::expert_gemms(const std::vector<ExpertGemm>& list) {
         grouped_gemm_ok_ = false;  // this cuBLAS has no grouped kernel for these types: loop from now on
     }
     for (const ExpertGemm& e : list)
-        DI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, e.n_out, e.rows, e.k, &one, e.w, CUDA_R_16BF, e.k, e.b,
+        DI_CUBLAS_CHECK(cublasGemmEx(dev_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, e.n_out, e.rows, e.k, &one, e.w, CUDA_R_16BF, e.k, e.b,
                                      CUDA_R_16BF, e.k, &zero, e.c, CUDA_R_32F, e.n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void CudaBackend::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_expert, int top_k,
-                                   std::span<const ExpertWeights> experts, float limit, Tensor& out) {
+void MoeFamily::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_expert, int top_k,
+                                 std::span<const ExpertWeights> experts, float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), inter = experts[0].w1.dim(0);
-    int parts = gemm_parts_;
+    int parts = dev_.gemm_parts();
     const auto& tokens = by_expert.tokens;
     const auto& wts = by_expert.weights;
     // Rows grouped by expert (ascending), tokens ascending within.
@@ -115,16 +115,16 @@ void CudaBackend::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_exper
         }
     }
     int64_t total = static_cast<int64_t>(rows.size());
-    Tensor meta = empty(DType::kU8, {static_cast<int64_t>(total * sizeof(RowInfo) + token_rows.size() * sizeof(int))});
-    copy_to_device(meta.raw(), rows.data(), total * sizeof(RowInfo));
+    Tensor meta = dev_.empty(DType::kU8, {static_cast<int64_t>(total * sizeof(RowInfo) + token_rows.size() * sizeof(int))});
+    dev_.copy_to_device(meta.raw(), rows.data(), total * sizeof(RowInfo));
     auto* drows = static_cast<const RowInfo*>(meta.raw());
     auto* dtoken_rows = reinterpret_cast<int*>(static_cast<char*>(meta.raw()) + total * sizeof(RowInfo));
-    copy_to_device(dtoken_rows, token_rows.data(), token_rows.size() * sizeof(int));
+    dev_.copy_to_device(dtoken_rows, token_rows.data(), token_rows.size() * sizeof(int));
 
-    Tensor xb = empty(DType::kBF16, {parts * total, d}), g = empty(DType::kF32, {parts * total, inter});
-    Tensor u = empty(DType::kF32, {parts * total, inter}), hb = empty(DType::kBF16, {parts * total, inter});
-    Tensor c = empty(DType::kF32, {parts * total, d}), y = empty(DType::kF32, {total, d});
-    launch_pdl(gather_split_kernel, total, 256, 0, stream(), x.data<float>(), drows, d, parts,
+    Tensor xb = dev_.empty(DType::kBF16, {parts * total, d}), g = dev_.empty(DType::kF32, {parts * total, inter});
+    Tensor u = dev_.empty(DType::kF32, {parts * total, inter}), hb = dev_.empty(DType::kBF16, {parts * total, inter});
+    Tensor c = dev_.empty(DType::kF32, {parts * total, d}), y = dev_.empty(DType::kF32, {total, d});
+    launch_pdl(gather_split_kernel, total, 256, 0, dev_.stream(), x.data<float>(), drows, d, parts,
                xb.data<__nv_bfloat16>());
     std::vector<ExpertGemm> up, gate, down;
     for (size_t e = 0; e < experts.size(); ++e) {
@@ -140,11 +140,11 @@ void CudaBackend::moe_experts_gemm(const Tensor& x, const ExpertTokens& by_exper
     }
     expert_gemms(gate);
     expert_gemms(up);
-    launch_pdl(join_swiglu_split_kernel, total, 256, 0, stream(), g.data<float>(), u.data<float>(), drows, inter, parts,
+    launch_pdl(join_swiglu_split_kernel, total, 256, 0, dev_.stream(), g.data<float>(), u.data<float>(), drows, inter, parts,
                limit, hb.data<__nv_bfloat16>());
     expert_gemms(down);
-    launch_pdl(join_rows_kernel, total, 256, 0, stream(), c.data<float>(), drows, d, parts, y.data<float>());
-    launch_pdl(combine_rows_kernel, n, 256, 0, stream(), y.data<float>(), dtoken_rows, top_k, d, out.data<float>());
+    launch_pdl(join_rows_kernel, total, 256, 0, dev_.stream(), c.data<float>(), drows, d, parts, y.data<float>());
+    launch_pdl(combine_rows_kernel, n, 256, 0, dev_.stream(), y.data<float>(), dtoken_rows, top_k, d, out.data<float>());
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -274,67 +274,67 @@ void launch_moe_mma(cudaStream_t stream, const __nv_bfloat16* xb, int64_t n, int
 
 }  // namespace
 
-void CudaBackend::moe_experts_invariant(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                        std::span<const ExpertWeights> experts, float limit, Tensor& out) {
+void MoeFamily::moe_experts_invariant(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                      std::span<const ExpertWeights> experts, float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), pairs = n * top_k;
     int count = static_cast<int>(experts.size()), inter = static_cast<int>(experts[0].w1.dim(0));
     const ExpertRows* rows = expert_rows(experts);
-    Tensor index = empty(DType::kI32, {pairs + count + 1});
+    Tensor index = dev_.empty(DType::kI32, {pairs + count + 1});
     int* order = index.data<int>();
     int* offsets = order + pairs;
-    launch_pdl(group_pairs_kernel, 1, 1024, 0, stream(), ids.data<int>(), static_cast<int>(pairs), count, order, offsets);
+    launch_pdl(group_pairs_kernel, 1, 1024, 0, dev_.stream(), ids.data<int>(), static_cast<int>(pairs), count, order, offsets);
     bool aligned = d % 8 == 0 && inter % 8 == 0;
-    Tensor xb = split_parts(x.data<float>(), d, n, d);
-    Tensor g = empty(DType::kF32, {pairs, inter}), u = empty(DType::kF32, {pairs, inter});
-    DetProduct up{xb.data<__nv_bfloat16>(), d, n * d, gemm_parts_, pairs, nullptr, inter, d, g.data<float>(), inter};
+    Tensor xb = dev_.split_parts(x.data<float>(), d, n, d);
+    Tensor g = dev_.empty(DType::kF32, {pairs, inter}), u = dev_.empty(DType::kF32, {pairs, inter});
+    CudaBackend::DetProduct up{xb.data<__nv_bfloat16>(), d, n * d, dev_.gemm_parts(), pairs, nullptr, inter, d, g.data<float>(), inter};
     up.order = order, up.offsets = offsets, up.row_div = static_cast<int>(top_k), up.groups = count;
     up.experts = rows, up.weights_aligned = aligned;
-    launch_det_gemm(up);
+    dev_.launch_det_gemm(up);
     up.which = 1, up.c = u.data<float>();
-    launch_det_gemm(up);
-    swiglu(g, u, limit, g);
-    Tensor hb = split_parts(g.data<float>(), inter, pairs, inter), y = empty(DType::kF32, {pairs, d});
-    DetProduct down = up;
+    dev_.launch_det_gemm(up);
+    dev_.swiglu(g, u, limit, g);
+    Tensor hb = dev_.split_parts(g.data<float>(), inter, pairs, inter), y = dev_.empty(DType::kF32, {pairs, d});
+    CudaBackend::DetProduct down = up;
     down.a = hb.data<__nv_bfloat16>(), down.lda = inter, down.part_stride = pairs * inter, down.row_div = 1;
     down.which = 2, down.n = d, down.k = inter, down.c = y.data<float>(), down.ldc = d;
-    launch_det_gemm(down);
-    launch_pdl(moe_weighted_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
+    dev_.launch_det_gemm(down);
+    launch_pdl(moe_weighted_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, dev_.stream(), y.data<float>(),
                weights.data<float>(), static_cast<int>(top_k), d, out.data<float>());
 }
 
-void CudaBackend::moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
-                                      int experts, int inter, float limit, Tensor& out) {
+void MoeFamily::moe_experts_grouped(const Tensor& x, const Tensor& ids, const Tensor& weights, const ExpertRows* rows,
+                                    int experts, int inter, float limit, Tensor& out) {
     int64_t n = x.dim(0), d = x.dim(1), top_k = ids.dim(1), pairs = n * top_k;
-    Tensor index = empty(DType::kI32, {pairs + experts + 1});
+    Tensor index = dev_.empty(DType::kI32, {pairs + experts + 1});
     int* order = index.data<int>();
     int* offsets = order + pairs;
-    launch_pdl(group_pairs_kernel, 1, 1024, 0, stream(), ids.data<int>(), static_cast<int>(pairs), experts, order,
+    launch_pdl(group_pairs_kernel, 1, 1024, 0, dev_.stream(), ids.data<int>(), static_cast<int>(pairs), experts, order,
                offsets);
-    Tensor y = empty(DType::kF32, {pairs, d});
-    if (variants_.moe_grouped_mma) {  // tensor cores on the activations' bf16 parts (as the GEMMs take them)
-        Tensor xb = split_parts(x.data<float>(), d, n, d), hb = empty(DType::kBF16, {gemm_parts_ * pairs, inter});
+    Tensor y = dev_.empty(DType::kF32, {pairs, d});
+    if (dev_.knobs().moe_grouped_mma) {  // tensor cores on the activations' bf16 parts (as the GEMMs take them)
+        Tensor xb = dev_.split_parts(x.data<float>(), d, n, d), hb = dev_.empty(DType::kBF16, {dev_.gemm_parts() * pairs, inter});
         using Launch = decltype(&launch_moe_mma<1, 1>);
         constexpr Launch kLaunch[3][2] = {{launch_moe_mma<1, 1>, launch_moe_mma<1, 4>},
                                           {launch_moe_mma<2, 1>, launch_moe_mma<2, 4>},
                                           {launch_moe_mma<3, 1>, launch_moe_mma<3, 4>}};
-        if (gemm_parts_ == 1 && variants_.moe_staged)
+        if (dev_.gemm_parts() == 1 && dev_.knobs().moe_staged)
             launch_moe_staged(xb.data<__nv_bfloat16>(), static_cast<int>(d), order, offsets, rows, experts,
                               static_cast<int>(pairs), static_cast<int>(top_k), inter, limit, hb.data<__nv_bfloat16>(),
                               weights.data<float>(), y.data<float>());
         else
-            kLaunch[gemm_parts_ - 1][variants_.moe_mma_steps_in_flight == 4](
-                stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts,
+            kLaunch[dev_.gemm_parts() - 1][dev_.knobs().moe_mma_steps_in_flight == 4](
+                dev_.stream(), xb.data<__nv_bfloat16>(), n, static_cast<int>(d), order, offsets, rows, experts,
                 static_cast<int>(top_k), inter, limit, hb.data<__nv_bfloat16>(), pairs, weights.data<float>(), y.data<float>());
-        launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
+        launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, dev_.stream(), y.data<float>(),
                    static_cast<int>(top_k), d, out.data<float>());
         return;
     }
-    Tensor h = empty(DType::kF32, {pairs, inter});
-    launch_pdl(moe_up_grouped_kernel, dim3(experts, blocks_for(inter, kUpRows)), kThreads, 0, stream(), x.data<float>(),
+    Tensor h = dev_.empty(DType::kF32, {pairs, inter});
+    launch_pdl(moe_up_grouped_kernel, dim3(experts, blocks_for(inter, kUpRows)), kThreads, 0, dev_.stream(), x.data<float>(),
                static_cast<int>(d), order, offsets, rows, static_cast<int>(top_k), inter, limit, h.data<float>());
-    launch_pdl(moe_down_grouped_kernel, dim3(experts, blocks_for(d, kDownRows)), kThreads, 0, stream(), h.data<float>(),
+    launch_pdl(moe_down_grouped_kernel, dim3(experts, blocks_for(d, kDownRows)), kThreads, 0, dev_.stream(), h.data<float>(),
                order, offsets, rows, weights.data<float>(), static_cast<int>(d), inter, y.data<float>());
-    launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, stream(), y.data<float>(),
+    launch_pdl(moe_combine_kernel, dim3(n, blocks_for(d, 256)), 256, 0, dev_.stream(), y.data<float>(),
                static_cast<int>(top_k), d, out.data<float>());
 }
 

@@ -182,12 +182,12 @@ void launch_staged(bool& smem_set, cudaStream_t stream, const __nv_bfloat16* xb,
 
 }  // namespace
 
-void CudaBackend::launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets,
-                                    const ExpertRows* rows, int experts, int pairs, int top_k, int inter, float limit,
-                                    __nv_bfloat16* hb, const float* weights, float* y) {
-    bool wide = variants_.moe_staged_wide && pairs > 64 * experts;
+void MoeFamily::launch_moe_staged(const __nv_bfloat16* xb, int d, const int* order, const int* offsets,
+                                  const ExpertRows* rows, int experts, int pairs, int top_k, int inter, float limit,
+                                  __nv_bfloat16* hb, const float* weights, float* y) {
+    bool wide = dev_.knobs().moe_staged_wide && pairs > 64 * experts;
     auto launch = wide ? launch_staged<16> : launch_staged<8>;
-    launch(moe_staged_smem_set_[wide], stream(), xb, d, order, offsets, rows, experts, top_k, inter, limit, hb, weights, y);
+    launch(staged_smem_set_[wide], dev_.stream(), xb, d, order, offsets, rows, experts, top_k, inter, limit, hb, weights, y);
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -31,7 +31,7 @@ void CudaBackend::apply_token_mask(Tensor& logits, const Tensor& rows, const Ten
 }
 
 void CudaBackend::synchronize() {
-    graphs_->flush();
+    exec_->graphs().flush();
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

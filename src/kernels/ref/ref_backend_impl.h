@@ -10,7 +10,9 @@ class RefBackend final : public Backend {
 public:
     Device device() const override { return Device::kCpu; }
     const char* name() const override { return "reference"; }
-    bool batch_invariant() const override { return true; }  // one row at a time
+    // One row at a time: batch-invariant; every precision computes in fp64 / fp32.
+    Execution& execution() override { return exec_; }
+    const Execution& execution() const override { return exec_; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -55,6 +57,9 @@ public:
                    float scaling, Tensor& ids, Tensor& weights) override;
     void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, std::span<const ExpertWeights> experts,
                      float limit, Tensor& out) override;
+
+private:
+    HostExecution exec_;
 };
 
 }  // namespace deepinfer::kernels::ref

@@ -40,13 +40,13 @@ class GraphStep {
 public:
     GraphStep(kernels::Backend& backend, const Batch& step)
         : backend_(step.token_ids.size() <= kGraphStepMaxTokens ? &backend : nullptr) {
-        if (backend_) backend_->begin_graph_step(shape_of(step));
+        if (backend_) backend_->execution().begin_graph_step(shape_of(step));
     }
     ~GraphStep() {
-        if (backend_) backend_->end_graph_step(false);
+        if (backend_) backend_->execution().end_graph_step(false);
     }
     void launch() {
-        if (backend_) backend_->end_graph_step(true);
+        if (backend_) backend_->execution().end_graph_step(true);
         backend_ = nullptr;
     }
     GraphStep(const GraphStep&) = delete;
