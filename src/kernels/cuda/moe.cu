@@ -192,10 +192,9 @@ void MoeFamily::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& we
     // few experts are shared); up to max_grouped pairs are grouped by expert on the device.
     // Longer steps (prefill) and rows that are not whole 16-byte loads copy the routing to the host
     // and run grouped tensor-core GEMMs (moe_gemm.cu); weights that are not bf16 loop over experts.
-    // Measured on an H200 (docs/benchmarks.md): 48 pairs 1.6 ms per-pair vs 5.7 ms grouped per
-    // step; 384 pairs 12.8 ms grouped vs 36 ms per-expert GEMMs; 6,144 pairs GEMMs win.
-    // The staged kernels of the fast precision stay ahead of the GEMMs longer (variant
-    // moe_staged_max_pairs: short prefills too, without the host round trip).
+    // The limits are where the measured winner changes (docs/benchmarks.md); the staged kernels
+    // of the fast precision can take more pairs (knob moe_staged_max_pairs), but lost to the
+    // GEMMs' host round trip when measured.
     int64_t max_grouped = dev_.gemm_parts() == 1 && dev_.knobs().moe_staged ? dev_.knobs().moe_staged_max_pairs : 1024;
     int64_t pairs = n * top_k;
     if (dev_.invariant() && all_bf16(experts)) {  // other weights: the per-expert loop below is invariant too
