@@ -15,6 +15,10 @@ struct CudaKernelConfig {
     // per block task 2|4; MiB of weights a GEMV prefetches into L2 before its PDL wait 0..48.
     int gemv_one_row_warp_rows = 2, gemv_one_row_warp_unroll = 8, gemv_one_row_block_rows = 4;
     int gemv_prefetch_mib = 0;
+    // FP8 block-scaled linears kept as the checkpoint stores them (0: widened to bf16 at load):
+    // steps of up to 8 rows read the codes, longer ones widen the matrix in scratch. Off until
+    // its op test has run on a GPU.
+    bool fp8_weights = false;
     // Attention: small steps on the split decode kernel (0: a block per token and head), most key
     // shares per (token, head group) 1..32; large steps on the tiled kernel (0: a block per token
     // and head); the fast precision's large steps on tensor cores (0: the tiled fp32 kernel) with

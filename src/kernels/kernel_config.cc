@@ -49,6 +49,7 @@ std::span<const Knob> cuda_knobs() {
         DI_CHOICE(gemv_one_row_warp_unroll, 4, 8),
         DI_CHOICE(gemv_one_row_block_rows, 2, 4),
         DI_RANGE(gemv_prefetch_mib, 0, 48),
+        DI_FLAG(fp8_weights),
         DI_FLAG(attention_decode),
         DI_RANGE(attention_decode_splits, 1, 32),
         DI_FLAG(attention_tiled),

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <tuple>
 #include <random>
 
 #include "base/error.h"
+#include "core/quant_fp8.h"
 #include "tests/kernels/backend_ops_fixture.h"
 
 namespace deepinfer::kernels {
@@ -71,6 +74,39 @@ TEST_P(BackendOps, OneRowMatmulVariants) {
             EXPECT_TRUE(all_close(a, b, mm_tol)) << "n = " << n << variant_label(set);
         }
     }
+}
+
+// FP8 block-scaled weights as the checkpoint stores them (core/quant_fp8.h), where the backend
+// reads them (AVX-512, CUDA): every step size against the reference over the decoded values, and
+// steps past the GEMV sizes bit for bit the product over the same weights widened to bf16 (CUDA
+// widens the matrix in scratch for those; the CPU decodes rows for the same kernels).
+TEST_P(BackendOps, Fp8WeightsAreReadAsStored) {
+    apply_variants(*cpu, {{"fp8_weights", 1}});  // CUDA: on, whatever its default
+    if (!cpu->reads_fp8()) GTEST_SKIP() << "this backend gets FP8 weights widened at load";
+    int64_t n = 72, k = 384;
+    Tensor codes = Tensor::empty(DType::kF8E4M3, {n, k}), scales = Tensor::empty(DType::kF32, {(n + 31) / 32, k / 32});
+    for (int64_t i = 0; i < codes.numel(); ++i) {
+        uint8_t code;
+        do code = static_cast<uint8_t>(rng());
+        while ((code & 0x7F) == 0x7F);  // not a NaN
+        codes.data<uint8_t>()[i] = code;
+    }
+    for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = std::ldexp(1.0f, -10 + static_cast<int>(rng() % 12));
+    Tensor w = fp8::pack(codes, scales, {32, 32}), values = fp8::dequantize(w);
+    Tensor wide = Tensor::empty(DType::kBF16, {n, k});
+    for (int64_t i = 0; i < values.numel(); ++i) wide.data<uint16_t>()[i] = f32_to_bf16(values.data<float>()[i]);
+    for (int64_t m : {1, 3, 8, 9, 40}) {
+        Tensor x = random_f32({m, k}, rng);
+        Tensor got = Tensor::empty(DType::kF32, {m, n}), want = Tensor::empty(DType::kF32, {m, n});
+        Tensor widened = Tensor::empty(DType::kF32, {m, n});
+        cpu->matmul(x, w, got);
+        ref->matmul(x, values, want);
+        EXPECT_TRUE(all_close(got, want, mm_tol)) << "m = " << m;
+        if (m <= 8) continue;
+        cpu->matmul(x, wide, widened);
+        EXPECT_EQ(std::memcmp(got.raw(), widened.raw(), got.nbytes()), 0) << "m = " << m;
+    }
+    apply_variants(*cpu, {});
 }
 
 TEST_P(BackendOps, DenseOps) {

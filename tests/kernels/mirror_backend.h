@@ -23,6 +23,9 @@ public:
     // The device backend's own: its ops run as it is told.
     Execution& execution() override { return dev_->execution(); }
     const Execution& execution() const override { return std::as_const(*dev_).execution(); }
+    bool reads_mxfp4() const override { return dev_->reads_mxfp4(); }
+    bool reads_fp8() const override { return dev_->reads_fp8(); }
+    bool reads_bf16_cache() const override { return dev_->reads_bf16_cache(); }
     Tensor empty(DType dtype, std::vector<int64_t> shape) override { return Tensor::empty(dtype, std::move(shape)); }
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override { return Tensor::zeros(dtype, std::move(shape)); }
     Tensor upload(const Tensor& host) override { return host; }

@@ -57,6 +57,8 @@ public:
     const char* name() const override { return "cuda"; }
     Execution& execution() override { return *exec_; }
     const Execution& execution() const override { return *exec_; }
+    // FP8 linears as stored (fp8_weights.cu), unless the knob fp8_weights is off.
+    bool reads_fp8() const override { return exec_->knobs().fp8_weights; }
 
     Tensor empty(DType dtype, std::vector<int64_t> shape) override;
     Tensor zeros(DType dtype, std::vector<int64_t> shape) override;
@@ -135,6 +137,11 @@ public:
     };
     static constexpr int64_t kGemvMaxRows = 8;
     bool gemv(std::span<const GemvProduct> products, int64_t lda, int64_t m, bool accumulate);
+    // FP8 weights as stored (fp8_weights.cu): y (+)= x · wᵀ for m <= kGemvMaxRows rows straight from
+    // the codes (false, nothing launched, where the shapes or alignment do not suit it), and the
+    // matrix widened to bf16 in scratch (exactly the values a load-time widening gives).
+    bool fp8_gemv(const float* x, int64_t lda, const Tensor& w, float* y, int64_t ldy, int64_t m, bool accumulate);
+    Tensor widen_fp8(const Tensor& w);
     // A batch-invariant product (det_gemm.cu) of bf16 activation parts (part p of row r at
     // a + p * part_stride + r * lda) and bf16 weights [n, k]: dense over m rows, or grouped by
     // expert (see DetArgs there).

@@ -41,6 +41,11 @@ void CudaBackend::gemm(const float* x, int64_t lda, const Tensor& w, float* y, i
         det_gemm_f32(x, lda, w, y, ldy, m, accumulate);
         return;
     }
+    if (w.dtype() == DType::kFp8) {  // kept as stored: read directly by small steps, else widened for the GEMMs
+        if (!invariant() && fp8_gemv(x, lda, w, y, ldy, m, accumulate)) return;
+        gemm(x, lda, widen_fp8(w), y, ldy, m, accumulate);
+        return;
+    }
     if (w.dtype() == DType::kF32) {  // column-major view: Yᵀ (n x m) = W (n x k) · Xᵀ (k x m)
         DI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data<float>(), k, x, lda, &beta, y, ldy));
         return;
