@@ -236,7 +236,10 @@ Tensor CudaBackend::empty(DType dtype, std::vector<int64_t> shape) {
     DI_CUDA_CHECK(cudaSetDevice(device_));
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    std::shared_ptr<void> block = allocator_->allocate(static_cast<size_t>(n) * dtype_size(dtype));
+    // Rows of block-quantized weights (FP8, MXFP4, Q8) carry their scales: sized as rows.
+    int64_t last = shape.empty() ? 1 : shape.back();
+    size_t bytes = last == 0 ? 0 : static_cast<size_t>(n / last) * dtype_row_bytes(dtype, last);
+    std::shared_ptr<void> block = allocator_->allocate(bytes);
     void* p = block.get();
     return Tensor::wrap(p, dtype, std::move(shape), std::move(block), Device::kCuda);
 }
