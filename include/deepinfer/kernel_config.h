@@ -17,7 +17,7 @@ struct CudaKernelConfig {
     int gemv_prefetch_mib = 0;
     // FP8 block-scaled linears kept as the checkpoint stores them (0: widened to bf16 at load):
     // steps of up to 8 rows read the codes, longer ones widen the matrix in scratch. Off until
-    // its op test has run on a GPU.
+    // the FP8 fixtures' parity has run on a GPU with it (its op test has passed there).
     bool fp8_weights = false;
     // Attention: small steps on the split decode kernel (0: a block per token and head), most key
     // shares per (token, head group) 1..32; large steps on the tiled kernel (0: a block per token
