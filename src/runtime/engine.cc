@@ -97,8 +97,6 @@ EngineImpl::EngineImpl(const EngineConfig& config) : config_(config) {
     name_ = mc.name.empty() ? std::filesystem::path(mc.path).filename().string() : mc.name;
     if (name_.empty()) name_ = std::filesystem::path(mc.path).parent_path().filename().string();
     backend_ = kernels::make_backend(mc.device, mc.threads);
-    std::string knob_error = kernel_config_error(mc.kernels);
-    DI_CHECK(knob_error.empty(), "{}", knob_error);
     DI_CHECK(backend_->execution().set_kernels(mc.kernels) || mc.kernels == KernelConfig{},
              "kernel knobs were given, but the {} backend has no kernel choices (they are CUDA's)", backend_->name());
     DI_CHECK(!config.deterministic || backend_->execution().set_batch_invariant(true),

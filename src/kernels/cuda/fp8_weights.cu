@@ -67,8 +67,9 @@ bool CudaBackend::fp8_gemv(const float* x, int64_t lda, const Tensor& w, float* 
     if (m < 1 || m > kGemvMaxRows || k % 128 != 0 || lda % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
         reinterpret_cast<uintptr_t>(w.raw()) % 4 != 0)
         return false;
-    launch_pdl(fp8_gemv_kernel<kGemvMaxRows>, blocks_for(n, kWarps), kWarps * 32, 0, stream_, static_cast<const uint8_t*>(w.raw()), n, k,
-               fp8::row_bytes(k), x, lda, static_cast<int>(m), y, ldy, accumulate);
+    const auto* codes = static_cast<const uint8_t*>(w.raw());
+    launch_pdl(fp8_gemv_kernel<kGemvMaxRows>, blocks_for(n, kWarps), kWarps * 32, 0, stream_, codes, n, k, fp8::row_bytes(k),
+               x, lda, static_cast<int>(m), y, ldy, accumulate);
     return true;
 }
 
@@ -76,8 +77,8 @@ Tensor CudaBackend::widen_fp8(const Tensor& w) {
     int64_t n = w.dim(0), k = w.dim(-1);
     Tensor out = empty(DType::kBF16, {n, k});
     if (n * k > 0)
-        launch_pdl(fp8_widen_kernel, blocks_for(n * k, 256), 256, 0, stream_, static_cast<const uint8_t*>(w.raw()), n, k, fp8::row_bytes(k),
-                   out.data<__nv_bfloat16>());
+        launch_pdl(fp8_widen_kernel, blocks_for(n * k, 256), 256, 0, stream_, static_cast<const uint8_t*>(w.raw()), n, k,
+                   fp8::row_bytes(k), out.data<__nv_bfloat16>());
     return out;
 }
 
